@@ -1,0 +1,96 @@
+"""Input token sequences (batch x length x d_model) and the drift direction, from a key.
+
+Every distribution is returned as *components*: x = sum_c coef_c(knobs) * X_c, with X_c
+arrays that broadcast to (B, T, D) and coefficients that depend only on traced knobs. This
+is what lets the sweep hoist the projections by linearity ((sum_c a_c X_c) W = sum_c a_c
+(X_c W)) and vary `input_corr` and `drift_norm` without redrawing anything (common random
+numbers, DESIGN.md).
+
+  embedding:   X = E[ids], E ~ N(0, embed_std^2) of shape (V, D); ids uniform over V or
+               Zipf: P(id = k) proportional to (k + 1)^-s, k = 0..V-1.
+  gaussian:    x_i = sqrt(p) z_0 + sqrt(1 - p) z_i, z ~ N(0, sigma^2 I), z_0 one per sequence
+               (p = input_corr), so cos(x_i, x_j) -> p for large d.
+  anisotropic: x = (z * sqrt(lambda)) R^T, lambda_k proportional to k^-alpha (k = 1..D),
+               normalised so sum_k lambda_k = sigma^2 D; R a random rotation (QR of a Gaussian).
+  student_t:   i.i.d. Student-t with nu > 2 dof, scaled to variance sigma^2 per coordinate.
+Then every token gets the drift b = drift_norm * u_b, u_b a random unit vector per seed
+(Godey et al. 2024, section on untrained blocks: "a common bias term b of norm N").
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from simlab.spec import InputSpec
+
+
+def unit(key, shape, dtype=jnp.float32) -> jax.Array:
+    """Random unit vector(s) along the last axis, uniform on the sphere."""
+    v = jax.random.normal(key, shape, dtype)
+    return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def zipf_ids(key, shape, vocab: int, s: float) -> jax.Array:
+    """Token ids with P(k) proportional to (k + 1)^-s, by inverse CDF (no V-wide sample)."""
+    logp = -s * jnp.log(jnp.arange(1, vocab + 1, dtype=jnp.float32))
+    cdf = jnp.cumsum(jax.nn.softmax(logp))
+    u = jax.random.uniform(key, shape) * cdf[-1]
+    return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), vocab - 1)
+
+
+def token_ids(spec: InputSpec, key) -> jax.Array:
+    shape = (spec.batch, spec.length)
+    if spec.token_dist == "zipf":
+        return zipf_ids(key, shape, spec.vocab, spec.zipf_s)
+    return jax.random.randint(key, shape, 0, spec.vocab)
+
+
+def components(spec: InputSpec, d_model: int, key, dtype=jnp.float32) -> dict[str, jax.Array]:
+    """Per-seed arrays, each 3-D and broadcastable to (B, T, D): the drift direction "u_b"
+    (1, 1, D) and the base components of x ("x", or "z0" (B, 1, D) and "z" for gaussian)."""
+    kx, kz, kb = jax.random.split(key, 3)
+    B, T, D = spec.batch, spec.length, d_model
+    out = {"u_b": unit(kb, (1, 1, D), dtype)}
+    if spec.kind == "embedding":
+        ke, ki = jax.random.split(kx)
+        table = spec.embed_std * jax.random.normal(ke, (spec.vocab, D), dtype)
+        out["x"] = table[token_ids(spec, ki)]
+    elif spec.kind == "gaussian":
+        out["z0"] = spec.sigma * jax.random.normal(kz, (B, 1, D), dtype)
+        out["z"] = spec.sigma * jax.random.normal(kx, (B, T, D), dtype)
+    elif spec.kind == "anisotropic":
+        kr, kg = jax.random.split(kx)
+        lam = jnp.arange(1, D + 1, dtype=dtype) ** (-spec.alpha)
+        lam = lam * (spec.sigma ** 2 * D / jnp.sum(lam))
+        rot, _ = jnp.linalg.qr(jax.random.normal(kr, (D, D), dtype))
+        z = jax.random.normal(kg, (B, T, D), dtype) * jnp.sqrt(lam)
+        out["x"] = jnp.einsum("btk,dk->btd", z, rot)
+    else:  # student_t
+        scale = spec.sigma * math.sqrt((spec.nu - 2.0) / spec.nu)
+        out["x"] = scale * jax.random.t(kx, spec.nu, (B, T, D), dtype)
+    return out
+
+
+def coefficients(kind: str, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    """The traced coefficients of each component: x = sum_c coef_c * X_c + drift_norm * u_b."""
+    n = knobs["drift_norm"]
+    if kind == "gaussian":
+        p = knobs["input_corr"]
+        return {"z0": jnp.sqrt(p), "z": jnp.sqrt(1.0 - p), "u_b": n}
+    return {"x": jnp.ones_like(n), "u_b": n}
+
+
+def combine(comps: Mapping[str, jax.Array], coefs: Mapping[str, jax.Array]) -> jax.Array:
+    """sum_c coef_c * comps[c] (broadcast to the largest component's shape)."""
+    return sum(coefs[c] * comps[c] for c in coefs)
+
+
+def sample(spec: InputSpec, d_model: int, key, knobs: Mapping[str, float]) -> jax.Array:
+    """One input batch (B, T, D) for the given knobs (convenience for tests and scripts)."""
+    comps = components(spec, d_model, key)
+    coefs = coefficients(spec.kind, {k: jnp.asarray(v, jnp.float32) for k, v in knobs.items()})
+    x = combine(comps, coefs)
+    return jnp.broadcast_to(x, (spec.batch, spec.length, d_model))
