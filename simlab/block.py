@@ -48,11 +48,15 @@ def qkv(p, a_BTD):
 
 
 def layer_apply(spec: BlockSpec, p, x_BTD, knobs: Mapping[str, jax.Array], u_q_HK, u_k_HK,
-                qkv_pre=None) -> Layer:
-    """One block. `qkv_pre` = (q, k, v) already projected (hoisted by the sweep); else computed."""
+                qkv_pre=None, attn_fn=None) -> Layer:
+    """One block. `qkv_pre` = (q, k, v) already projected (hoisted by the sweep); else computed.
+    `attn_fn(q, k) -> (w, q, k)` replaces the QK shaping and softmax (simlab.factored)."""
     q, k, v = qkv(p, attn_input(spec, p, x_BTD)) if qkv_pre is None else qkv_pre
-    q, k = A.shape_qk(q, k, knobs, u_q_HK, u_k_HK, spec.qk_norm)
-    w = A.attention_weights(q, k, knobs["temperature"], spec.causal)
+    if attn_fn is None:
+        q, k = A.shape_qk(q, k, knobs, u_q_HK, u_k_HK, spec.qk_norm)
+        w = A.attention_weights(q, k, knobs["temperature"], spec.causal)
+    else:
+        w, q, k = attn_fn(q, k)
     attn = A.attend(w, v, p["wo"], p["bo"])
     a, m = knobs["attn_residual"], knobs["mlp_residual"]
     if spec.kind == "post_ln":
@@ -70,14 +74,15 @@ def layer_apply(spec: BlockSpec, p, x_BTD, knobs: Mapping[str, jax.Array], u_q_H
 
 
 def stack_apply(spec: BlockSpec, params, x_BTD, knobs, u_q_LHK, u_k_LHK,
-                observe: Callable[[Layer], object] = lambda l: l, qkv0=None):
+                observe: Callable[[Layer], object] = lambda l: l, qkv0=None, attn_fn0=None):
     """Apply spec.depth layers (params stacked on a leading layer axis).
 
     Returns (y, observed) with observed = observe(layer) stacked over a leading layer axis.
-    `qkv0` optionally gives layer 0's hoisted projections. Layers 1.. run in a lax.scan.
+    `qkv0` optionally gives layer 0's hoisted projections and `attn_fn0` its attention
+    (see layer_apply). Layers 1.. run in a lax.scan.
     """
     first = jax.tree.map(lambda a: a[0], params)
-    l0 = layer_apply(spec, first, x_BTD, knobs, u_q_LHK[0], u_k_LHK[0], qkv0)
+    l0 = layer_apply(spec, first, x_BTD, knobs, u_q_LHK[0], u_k_LHK[0], qkv0, attn_fn0)
     obs0 = jax.tree.map(lambda a: a[None], observe(l0))
     if spec.depth == 1:
         return l0.y, obs0

@@ -8,17 +8,19 @@ Common random numbers (DESIGN.md): everything random comes from `key`, so every 
 of a seed sees the same weights, tokens and directions. Hoisting: the inputs are
 x = sum_c coef_c(knobs) X_c (see simlab.inputs), so when no norm sits between x and the
 projections (kinds "attention" and "post_ln"), layer 0's q, k, v are
-sum_c coef_c (X_c W) + b, with X_c W computed once per seed.
+sum_c coef_c (X_c W) + b, with X_c W computed once per seed (`hoist`). Without QK-norm the
+layer-0 logits further factor into per-seed matrices (`factor`, simlab.factored).
+Lab(hoist=False) is the plain path: the same math with nothing hoisted (the oracle).
 """
 from __future__ import annotations
 
-import functools
 from typing import Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
 
 from simlab import block as B
+from simlab import factored as F
 from simlab import inputs as I
 from simlab.init import init_params
 from simlab.metrics import METRIC_NAMES, layer_metrics
@@ -29,7 +31,7 @@ class Lab:
     """A block spec and an input spec; `metrics` selects what `point` returns (None = all)."""
 
     def __init__(self, block: BlockSpec, inputs: InputSpec, metrics: Iterable[str] | None = None,
-                 hoist: bool = True):
+                 hoist: bool = True, factor: bool = True):
         self.block = block.validate()
         self.inputs = inputs.validate()
         names = tuple(METRIC_NAMES if metrics is None else metrics)
@@ -41,6 +43,7 @@ class Lab:
             raise ConfigError("sweep.metrics: must name at least one metric")
         self.metric_names = names
         self.hoist = hoist and block.kind != "pre_ln"
+        self.factor = factor and self.hoist and block.qk_norm == "none"
 
     def inert_knobs(self) -> set[str]:
         """Knobs that have no effect for this spec (sweeping them is a user error)."""
@@ -80,8 +83,12 @@ class Lab:
         if self.hoist:
             p0 = jax.tree.map(lambda a: a[0], state["params"])
             zero = jnp.zeros_like(p0["bq"])
-            state["proj"] = {c: tuple(B.A.project(p0[w], zero, x) for w in ("wq", "wk", "wv"))
-                             for c, x in state["comps"].items()}
+            proj = {c: tuple(B.A.project(p0[w], zero, x) for w in ("wq", "wk", "wv"))
+                    for c, x in state["comps"].items()}
+            if self.factor:
+                state["factored"] = F.hoist(p0, state["comps"], proj, state["u_q"][0])
+                proj = {c: (None, None, v) for c, (_, _, v) in proj.items()}
+            state["proj"] = proj
         return state
 
     def inputs_of(self, state, knobs):
@@ -94,15 +101,18 @@ class Lab:
     def point(self, state, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """Metrics at one grid point. knobs: every name of spec.KNOB_NAMES -> scalar."""
         x, coefs = self.inputs_of(state, knobs)
-        qkv0 = None
+        qkv0 = attn_fn0 = None
         if self.hoist:
             p0 = jax.tree.map(lambda a: a[0], state["params"])
-            qkv0 = tuple(sum(coefs[c] * state["proj"][c][i] for c in coefs) + p0[b]
-                         for i, b in enumerate(("bq", "bk", "bv")))
-            qkv0 = tuple(jnp.broadcast_to(t, x.shape[:2] + t.shape[2:]) for t in qkv0)
-        observe = functools.partial(self._observe)
+            qkv0 = tuple(None if state["proj"]["u_b"][i] is None else jnp.broadcast_to(
+                sum(coefs[c] * state["proj"][c][i] for c in coefs) + p0[b], x.shape[:2] +
+                p0[b].shape) for i, b in enumerate(("bq", "bk", "bv")))
+        if self.factor:
+            attn_fn0 = lambda q, k: F.weights(  # noqa: E731
+                state["factored"], coefs, knobs, self.block.d_head, self.block.causal,
+                p0["bq"], p0["bk"], state["u_q"][0], state["u_k"][0])
         _, obs = B.stack_apply(self.block, state["params"], x, knobs, state["u_q"], state["u_k"],
-                               observe, qkv0)
+                               self._observe, qkv0, attn_fn0)
         return obs if self.block.depth > 1 else jax.tree.map(lambda a: a[0], obs)
 
     def _observe(self, layer: B.Layer):
@@ -110,7 +120,9 @@ class Lab:
                              layer.w, layer.q, layer.k)
 
 
-def knob_arrays(knobs: Mapping[str, float], dtype=jnp.float32) -> dict[str, jax.Array]:
-    """Defaults overridden by `knobs`, as scalars of `dtype`."""
+def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:
+    """Defaults overridden by `knobs`, as scalars of `dtype` (None: jax's default float dtype,
+    float64 under JAX_ENABLE_X64)."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
     full = dict(KNOB_DEFAULTS, **knobs)
     return {k: jnp.asarray(v, dtype) for k, v in full.items()}

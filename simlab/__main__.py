@@ -1,0 +1,4 @@
+"""`python -m simlab`: the same as the `simlab` command."""
+from simlab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""The `simlab` command: subcommands, each in its own module, imported only when chosen.
+
+A subcommand module exposes `add_arguments(parser)` and `cli_main(args) -> int`.  Modules that
+are not installed are left out of the list.  User errors (spec.ConfigError, a missing file, bad
+TOML) print "simlab: error: <message>" and exit with code 2 before any output is written.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+import tomllib
+
+from simlab.spec import ConfigError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sweep": ("simlab.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
+    "plot": ("simlab.plot", "plot phase diagrams and curves from a finished sweep"),
+    "reproduce": ("simlab.reproduce", "reproduce the reference figures"),
+    "check-theory": ("simlab.check_theory", "compare sweeps with closed-form predictions"),
+    "train-dynamics": ("simlab.train", "follow sharpness and anisotropy during training"),
+    "bench": ("simlab.bench", "time the sweep engine"),
+}
+
+
+def available_commands() -> dict[str, tuple[str, str]]:
+    """The COMMANDS whose module exists (found without importing it)."""
+    return {n: (m, h) for n, (m, h) in COMMANDS.items() if importlib.util.find_spec(m) is not None}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """Parser with every available subcommand; only the one named in argv is imported."""
+    parser = argparse.ArgumentParser(prog="simlab", description="simlab: attention sharpness vs anisotropy "
+                                     "of untrained Transformer blocks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_) in available_commands().items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == chosen:
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
+            p.set_defaults(cli_main=mod.cli_main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `simlab` and `python -m simlab`; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return int(args.cli_main(args) or 0)
+    except (ConfigError, FileNotFoundError, tomllib.TOMLDecodeError) as e:
+        print(f"simlab: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

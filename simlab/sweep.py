@@ -1,0 +1,432 @@
+"""The sweep engine: a grid of named axes x seeds -> metric arrays (DESIGN.md, "Flow of one sweep").
+
+Arithmetic (what makes results bit-identical across chunk sizes and devices):
+  * Common random numbers: per seed s, key_s = fold_in(PRNGKey(base_seed), s) and
+    state_s = lab.seed_state(key_s), computed once and passed un-batched to every point.
+  * Points are numbered in C order over the axes and grouped into micro-batches of
+    `micro_batch` points (the grid is padded at its end with copies of the last point).
+    One micro-batch is always `vmap(lab.point)` over exactly `micro_batch` points.
+  * A chunk is `chunk_mb` whole micro-batches (a multiple of the device count): one compiled
+    call runs `lax.map` over its micro-batches, sharded over the local devices with shard_map.
+    The last chunk is padded to the same size (no recompile); padded points are dropped.
+Chunk size therefore sets memory and resume granularity only, never the numbers.
+
+Chunk size rule: `chunk_size` points (user) rounded up to whole micro-batches and to a multiple
+of the device count; otherwise floor(memory_budget_mb / bytes_per_micro_batch) micro-batches
+per device (the budget is per device), where bytes_per_micro_batch = temp + output bytes of
+one compiled micro-batch (XLA's memory_analysis; a jaxpr-based upper bound where that is
+unavailable).  This counts every micro-batch of a chunk as live at once, an over-estimate
+(lax.map runs them one after another).  A chunk never exceeds one seed's (device-rounded) grid.
+
+On disk (OUT/):
+  sweep.json           fingerprint + canonical config, written when the sweep starts
+  chunks/seed{S}_mb{A}-{B}.npz  metrics of micro-batches [A, B) of seed S (padding included,
+                       chunk padding excluded), written atomically as each chunk finishes;
+                       kept after the merge (small; lets results.npz be rebuilt)
+  results.npz, meta.json  written by simlab.results.save after the merge
+Resume: a re-run with the same fingerprint skips every chunk whose micro-batches are all in
+chunk files, whatever chunk size wrote them (micro-batch granularity; a chunk only partly
+covered is recomputed whole).  A finished directory is loaded, not recomputed; a directory
+holding another sweep is refused.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import re
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import jax
+import jaxlib
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from tqdm.auto import tqdm
+
+from simlab import results as results_lib
+from simlab.config import (SweepConfig, config_diff, default_config_path, fingerprint,
+                           load_config, read_toml)
+from simlab.spec import ConfigError
+
+log = logging.getLogger(__name__)
+CHUNK_RE = re.compile(r"seed(\d+)_mb(\d+)-(\d+)\.npz")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one seed's points split into micro-batches and chunks.
+
+    Chunk c covers micro-batches [c * chunk_mb, min((c + 1) * chunk_mb, n_mb)).
+    """
+    n_points: int
+    micro_batch: int
+    chunk_mb: int
+
+    @property
+    def n_mb(self) -> int:
+        return -(-self.n_points // self.micro_batch)
+
+    @property
+    def chunks_per_seed(self) -> int:
+        return -(-self.n_mb // self.chunk_mb)
+
+    def chunk(self, c: int) -> tuple[int, int]:
+        """Micro-batch range [start, stop) of chunk c."""
+        return c * self.chunk_mb, min((c + 1) * self.chunk_mb, self.n_mb)
+
+    def real_points(self, start: int, stop: int) -> int:
+        """Grid points (not padding) in micro-batches [start, stop)."""
+        return min(stop * self.micro_batch, self.n_points) - start * self.micro_batch
+
+    def point_index(self, start: int) -> np.ndarray:
+        """Flat point indices of a chunk starting at micro-batch `start`, padded with the last point."""
+        i = np.arange(start * self.micro_batch, (start + self.chunk_mb) * self.micro_batch)
+        return np.minimum(i, self.n_points - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkInfo:
+    """Passed to the `on_chunk` hook after a chunk is computed and stored."""
+    seed: int
+    start: int
+    stop: int
+    points: int
+
+
+def make_layout(n_points: int, micro_batch: int, n_devices: int, chunk_mb_per_device: int) -> Layout:
+    """Layout with chunk_mb = n_devices * chunk_mb_per_device, capped at one seed's grid."""
+    n_mb = -(-n_points // micro_batch)
+    cap = -(-n_mb // n_devices)
+    return Layout(n_points, micro_batch, n_devices * max(1, min(chunk_mb_per_device, cap)))
+
+
+def grid_knobs(cfg: SweepConfig) -> dict[str, np.ndarray]:
+    """Swept knob -> float32 values at every flat point index (C order over the axes)."""
+    idx = np.unravel_index(np.arange(cfg.n_points), cfg.shape)
+    return {k: np.asarray(a.values, np.float32)[i] for a, i in zip(cfg.axes, idx) for k in a.knobs}
+
+
+def micro_batch_fn(lab, names: tuple[str, ...]) -> Callable:
+    """(state, fixed knobs, swept knobs with a leading point axis) -> metrics per point."""
+    def point(state, fixed, swept):
+        out = lab.point(state, {**fixed, **swept})
+        return {k: out[k] for k in names}
+    return jax.vmap(point, in_axes=(None, None, 0))
+
+
+def chunk_fn(lab, names: tuple[str, ...], mesh) -> Callable:
+    """jit(shard_map(lax.map over micro-batches of the vmapped point)).
+
+    Arguments: state and fixed knobs (replicated), swept knobs of shape (chunk_mb, micro_batch)
+    sharded over the "points" mesh axis; returns metrics of shape (chunk_mb, micro_batch, ...).
+    """
+    per_mb = micro_batch_fn(lab, names)
+
+    def local(state, fixed, swept):
+        return jax.lax.map(lambda sw: per_mb(state, fixed, sw), swept)
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P("points")),
+                                 out_specs=P("points")))
+
+
+def local_mesh() -> Mesh:
+    """A 1-D mesh over all local devices, axis "points"."""
+    return Mesh(np.array(jax.local_devices()), ("points",))
+
+
+@functools.lru_cache(maxsize=16)
+def jitted(lab, names: tuple[str, ...], mesh) -> tuple[Callable, Callable]:
+    """(jit(lab.seed_state), chunk_fn), cached per lab so that repeated sweeps of one lab object
+    (same metrics, same devices) reuse the compiled code."""
+    return jax.jit(lab.seed_state), chunk_fn(lab, names, mesh)
+
+
+def bytes_per_micro_batch(lab, names, fixed: Mapping[str, float], swept_names, micro_batch: int) -> int:
+    """Temp + output bytes of one compiled micro-batch (jaxpr upper bound if XLA gives none)."""
+    state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
+    args = (state, {k: jax.ShapeDtypeStruct((), np.float32) for k in fixed},
+            {k: jax.ShapeDtypeStruct((micro_batch,), np.float32) for k in swept_names})
+    f = micro_batch_fn(lab, names)
+    try:
+        m = jax.jit(f).lower(*args).compile().memory_analysis()
+    except NotImplementedError:
+        m = None
+    if m is None:
+        return jaxpr_bytes(f, *args)
+    return max(1, m.temp_size_in_bytes + m.output_size_in_bytes)
+
+
+def jaxpr_bytes(f: Callable, *args) -> int:
+    """Sum of the sizes of every top-level intermediate of f's jaxpr: an upper bound on live memory."""
+    jaxpr = jax.make_jaxpr(f)(*args).jaxpr
+    return max(1, sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize
+                      for eqn in jaxpr.eqns for v in eqn.outvars))
+
+
+class ChunkStore:
+    """Finished chunks of one sweep, keyed (seed, start, stop) by micro-batch range.
+
+    With a directory, chunks are written there atomically and existing files are picked up
+    (loaded lazily); without one (out=None), they live in memory.
+    """
+
+    def __init__(self, directory: Path | None):
+        self.dir = directory
+        self.chunks: dict[tuple[int, int, int], Any] = {}
+        self.covered: dict[int, set[int]] = {}
+        if directory is not None and directory.is_dir():
+            for p in sorted(directory.iterdir()):
+                m = CHUNK_RE.fullmatch(p.name)
+                if m:
+                    self._add(tuple(map(int, m.groups())), p)
+
+    def _add(self, key, value) -> None:
+        self.chunks[key] = value
+        self.covered.setdefault(key[0], set()).update(range(key[1], key[2]))
+
+    def covers(self, seed: int, start: int, stop: int) -> bool:
+        return self.covered.get(seed, set()).issuperset(range(start, stop))
+
+    def put(self, seed: int, start: int, stop: int, arrays: dict[str, np.ndarray]) -> None:
+        if self.dir is not None:
+            results_lib.atomic_save_npz(self.dir / f"seed{seed}_mb{start}-{stop}.npz", arrays)
+        self._add((seed, start, stop), arrays)
+
+    def merge(self, seed: int, layout: Layout) -> dict[str, np.ndarray]:
+        """metric -> (n_points, ...) for one seed, from every chunk of that seed."""
+        mb, buf = layout.micro_batch, None
+        for (s, a, b), v in sorted(self.chunks.items(), key=lambda kv: kv[0]):
+            if s != seed:
+                continue
+            if isinstance(v, Path):
+                with np.load(v) as z:
+                    v = {k: z[k] for k in z.files}
+            if buf is None:
+                buf = {k: np.empty((layout.n_mb * mb,) + x.shape[1:], x.dtype) for k, x in v.items()}
+            for k, x in v.items():
+                buf[k][a * mb:b * mb] = x
+        return {k: x[:layout.n_points] for k, x in buf.items()}
+
+
+def choose_layout(cfg: SweepConfig, lab, names, n_devices: int) -> tuple[Layout, dict[str, Any]]:
+    """The chunk layout (from sweep.chunk_size, else the memory budget) and its meta.json entry."""
+    st = cfg.sweep
+    if st.chunk_size is not None:
+        per_dev, bpm, rule = -(-st.chunk_size // (st.micro_batch * n_devices)), None, "chunk_size"
+    else:
+        swept = [k for a in cfg.axes for k in a.knobs]
+        bpm = bytes_per_micro_batch(lab, names, cfg.knobs, swept, st.micro_batch)
+        per_dev, rule = int(st.memory_budget_mb * 2**20 // bpm), "memory_budget"
+    layout = make_layout(cfg.n_points, st.micro_batch, n_devices, per_dev)
+    return layout, {"micro_batch": st.micro_batch, "chunk_points": layout.chunk_mb * st.micro_batch,
+                    "chunks_per_seed": layout.chunks_per_seed, "rule": rule,
+                    "bytes_per_micro_batch": bpm}
+
+
+def merge(store: "ChunkStore", cfg: SweepConfig, layout: Layout, names) -> dict[str, np.ndarray]:
+    """Chunks -> metric arrays of shape (*axes, seeds[, layer])."""
+    per_seed = [store.merge(s, layout) for s in range(cfg.sweep.seeds)]
+    metrics = {}
+    for k in names:
+        x = np.stack([p[k] for p in per_seed])                     # (seeds, n_points, ...)
+        x = x.reshape((cfg.sweep.seeds,) + cfg.shape + x.shape[2:])
+        metrics[k] = np.moveaxis(x, 0, len(cfg.shape))              # (*axes, seeds, ...)
+    return metrics
+
+
+def build_lab(cfg: SweepConfig, lab=None):
+    """The model (default simlab.lab.Lab) and the metric names to keep, validated against it.
+
+    A lab with a `check_knobs(swept, fixed)` method may also refuse knobs it ignores.
+    """
+    if lab is None:
+        from simlab.lab import Lab
+        lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics)
+    allowed = tuple(lab.metric_names)
+    names = cfg.sweep.metrics or allowed
+    for m in names:
+        if m not in allowed:
+            raise ConfigError(f"sweep.metrics: unknown metric {m!r}; allowed: {', '.join(allowed)}")
+    if hasattr(lab, "check_knobs"):
+        lab.check_knobs([k for a in cfg.axes for k in a.knobs], cfg.knobs)
+    return lab, tuple(names)
+
+
+def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
+    """Refuse a directory that holds another sweep or other files; True when it holds this finished sweep."""
+    if not out.exists():
+        return False
+    if not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a directory")
+    sj = out / "sweep.json"
+    if not sj.exists():
+        if any(out.iterdir()):
+            raise ConfigError(f"{out}: is not empty and holds no sweep.json; use a new or empty directory")
+        return False
+    old = json.loads(sj.read_text())
+    if old.get("fingerprint") != fp:
+        diff = config_diff(old.get("config", {}), config)
+        raise ConfigError(f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'}); "
+                          "use another --out directory or delete it")
+    return (out / "results.npz").exists() and (out / "meta.json").exists()
+
+
+def run_sweep(config=None, *, block=None, inputs=None, knobs=None, axes=None, sweep=None,
+              out: str | os.PathLike | None = None, chunk_size: int | None = None, quiet: bool = False,
+              lab=None, on_chunk: Callable[[ChunkInfo], None] | None = None) -> results_lib.Results:
+    """Run (or resume, or load) a sweep and return its Results.
+
+    config: a TOML path, a dict of tables, or a SweepConfig; block/inputs/knobs/axes/sweep
+    replace the matching tables (dicts like the TOML tables, or spec dataclasses).
+    out: output directory (None: compute in memory, write nothing).  chunk_size overrides
+    sweep.chunk_size.  lab: a model with the simlab.lab.Lab protocol (default: Lab(block, inputs)).
+    on_chunk: called with a ChunkInfo after each computed chunk is stored.
+    """
+    t0 = time.perf_counter()
+    tables = _tables(config)
+    for name, t in (("block", block), ("inputs", inputs), ("knobs", knobs), ("axes", axes), ("sweep", sweep)):
+        if t is not None:
+            tables[name] = [_table(a) for a in t] if name == "axes" else _table(t)
+    if chunk_size is not None:
+        tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
+    cfg = load_config(tables)
+    lab, names = build_lab(cfg, lab)
+    resolved = cfg.to_dict()
+    resolved["sweep"]["metrics"] = list(names)
+    fp = fingerprint(resolved)
+    out_dir = None if out is None else Path(out)
+    if out_dir is not None and check_out_dir(out_dir, resolved, fp):
+        log.info("%s: finished sweep found; loading it", out_dir)
+        return results_lib.load(out_dir)
+    return _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0)
+
+
+def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> results_lib.Results:
+    """Compute the missing chunks, merge, and save (after all validation has passed)."""
+    mesh = local_mesh()
+    devices = list(mesh.devices.flat)
+    replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("points"))
+    st = cfg.sweep
+    grid = grid_knobs(cfg)
+    layout, layout_meta = choose_layout(cfg, lab, names, len(devices))
+
+    if out_dir is not None:
+        (out_dir / "chunks").mkdir(parents=True, exist_ok=True)
+        if not (out_dir / "sweep.json").exists():
+            results_lib.atomic_write_bytes(out_dir / "sweep.json", json.dumps(
+                {"fingerprint": fp, "config": resolved}, indent=2).encode())
+    store = ChunkStore(None if out_dir is None else out_dir / "chunks")
+    todo = [(s, *layout.chunk(c)) for s in range(st.seeds) for c in range(layout.chunks_per_seed)
+            if not store.covers(s, *layout.chunk(c))]
+    total = cfg.n_points * st.seeds
+    todo_points = sum(layout.real_points(a, b) for _, a, b in todo)
+    n_reused = st.seeds * layout.chunks_per_seed - len(todo)
+    log.info("sweep: %d chunks to compute, %d reused", len(todo), n_reused)
+
+    fixed = jax.device_put({k: np.float32(v) for k, v in cfg.knobs.items()}, replicated)
+    seed_state, fn = jitted(lab, names, mesh)
+    compiled, state, state_seed = None, None, None
+    t_compute, compile_s = time.perf_counter(), 0.0
+    with tqdm(total=total, initial=total - todo_points, unit="pt", disable=quiet,
+              desc="sweep", dynamic_ncols=True) as bar:
+        for s, a, b in todo:
+            if state_seed != s:
+                key = jax.random.fold_in(jax.random.PRNGKey(st.base_seed), s)
+                state, state_seed = jax.device_put(seed_state(key), replicated), s
+            idx = layout.point_index(a)
+            swept = jax.device_put({k: v[idx].reshape(layout.chunk_mb, st.micro_batch)
+                                    for k, v in grid.items()}, sharded)
+            if compiled is None:
+                tc = time.perf_counter()
+                compiled = fn.lower(state, fixed, swept).compile()
+                compile_s = time.perf_counter() - tc
+            res = compiled(state, fixed, swept)
+            keep = (b - a) * st.micro_batch
+            store.put(s, a, b, {k: np.asarray(x).reshape((-1,) + x.shape[2:])[:keep]
+                                for k, x in res.items()})
+            bar.update(layout.real_points(a, b))
+            if on_chunk is not None:
+                on_chunk(ChunkInfo(s, a, b, layout.real_points(a, b)))
+    compute_s = time.perf_counter() - t_compute - compile_s
+
+    metrics = merge(store, cfg, layout, names)
+    axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
+    meta = {
+        "config": resolved,
+        "fingerprint": fp,
+        "axes": [a.describe() for a in cfg.axes],
+        "metrics": list(names),
+        "dims": {k: list(axes) + ["seed"] + ["layer"] * (metrics[k].ndim - len(axes) - 1)
+                 for k in names},
+        "versions": versions(),
+        "devices": [str(d) for d in devices],
+        "n_devices": len(devices),
+        "n_points": cfg.n_points,
+        "seeds": st.seeds,
+        "layout": layout_meta,
+        "chunks_computed": len(todo),
+        "chunks_reused": n_reused,
+        "compile_time_s": compile_s,
+        "compute_time_s": compute_s,
+        "points_per_second": todo_points / compute_s if todo and compute_s > 0 else None,
+        "wall_time_s": time.perf_counter() - t0,
+    }
+    if out_dir is None:
+        return results_lib.Results(axes, metrics, meta)
+    return results_lib.save(out_dir, axes, metrics, meta)
+
+
+def versions() -> dict[str, str]:
+    """Versions of simlab, jax, jaxlib, numpy and python."""
+    return {"simlab": importlib.metadata.version("simlab"), "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+def _tables(config) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, SweepConfig):
+        return config.to_dict()
+    if isinstance(config, (str, os.PathLike)):
+        return read_toml(config)
+    return dict(config)
+
+
+def _table(t) -> Any:
+    """A spec/axis/settings dataclass as a config table; dicts pass through."""
+    if hasattr(t, "to_dict"):
+        return t.to_dict()
+    if dataclasses.is_dataclass(t):
+        return dataclasses.asdict(t)
+    return t
+
+
+def add_arguments(parser) -> None:
+    """`simlab sweep` arguments."""
+    parser.add_argument("config", nargs="?", help="sweep config (TOML); see experiments/quickstart.toml")
+    parser.add_argument("--default", action="store_true",
+                        help="use the embedded default config (simlab/configs/default.toml)")
+    parser.add_argument("--out", required=True, help="output directory (resumes if it holds this sweep)")
+    parser.add_argument("--chunk-size", type=int, default=None,
+                        help="points per compiled call (memory only; default: from sweep.memory_budget_mb)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def cli_main(args) -> int:
+    """Run `simlab sweep`; print where the results are."""
+    if (args.config is None) == (not args.default):
+        raise ConfigError("sweep: give either CONFIG.toml or --default (exactly one)")
+    config = default_config_path() if args.default else args.config
+    res = run_sweep(config, out=args.out, chunk_size=args.chunk_size, quiet=args.quiet)
+    shape = "x".join(map(str, next(iter(res.metrics.values())).shape))
+    print(f"results in {Path(args.out)}: results.npz + meta.json ({len(res.metrics)} metrics, "
+          f"shape {shape})")
+    return 0

@@ -1,0 +1,255 @@
+"""Tests of simlab.plot: cell edges against an oracle, log detection, what the heatmap and the
+curves actually draw, the saved PNG, plot_results on a synthetic sweep, and the CLI."""
+from __future__ import annotations
+
+import argparse
+import math
+from collections import OrderedDict
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+from simlab import plot, results
+from simlab.spec import ConfigError
+
+
+# ------------------------------------------------------------------ cell edges / log detection
+def _edges_oracle_log(c):
+    """Geometric means of neighbours; ends mirrored about the end points in log space."""
+    c = [float(v) for v in c]
+    mids = [math.sqrt(a * b) for a, b in zip(c[:-1], c[1:])]
+    return [c[0] * math.sqrt(c[0] / c[1])] + mids + [c[-1] * math.sqrt(c[-1] / c[-2])]
+
+
+def _edges_oracle_lin(c):
+    c = [float(v) for v in c]
+    mids = [(a + b) / 2 for a, b in zip(c[:-1], c[1:])]
+    return [c[0] - (c[1] - c[0]) / 2] + mids + [c[-1] + (c[-1] - c[-2]) / 2]
+
+
+@pytest.mark.parametrize("c", [[0.1, 1.0, 10.0, 100.0], [0.5, 0.7, 2.0, 3.0, 11.0], [2.0, 3.0]])
+def test_cell_edges_log_matches_oracle(c):
+    np.testing.assert_allclose(plot.cell_edges(c, True), _edges_oracle_log(c), rtol=1e-12)
+
+
+@pytest.mark.parametrize("c", [[0.0, 0.25, 0.5, 1.0], [-3.0, 1.0, 2.0], [5.0, 6.0]])
+def test_cell_edges_lin_matches_oracle(c):
+    np.testing.assert_allclose(plot.cell_edges(c, False), _edges_oracle_lin(c), rtol=1e-12, atol=1e-15)
+
+
+def test_cell_edges_single_point_has_positive_width_around_it():
+    lo, hi = plot.cell_edges([3.0], True)
+    assert lo < 3.0 < hi and math.isclose(math.sqrt(lo * hi), 3.0) and math.isclose(hi / lo, 10.0)
+    lo, hi = plot.cell_edges([3.0], False)
+    assert (lo, hi) == (1.5, 4.5)
+    lo, hi = plot.cell_edges([0.0], False)
+    assert (lo, hi) == (-0.5, 0.5)
+
+
+def test_cell_edges_rejects_nonpositive_log_axis():
+    with pytest.raises(ValueError, match="positive"):
+        plot.cell_edges([0.0, 1.0], True)
+
+
+def test_log_detection():
+    assert plot.is_log_spaced(np.geomspace(0.01, 100, 9))
+    assert plot.is_log_spaced([0.1, 0.3, 1, 3, 10])
+    assert not plot.is_log_spaced(np.linspace(0.1, 10, 9))
+    assert not plot.is_log_spaced(np.linspace(0.0, 1.0, 5))          # contains 0
+    assert not plot.is_log_spaced([1.0])
+
+
+def test_phase_diagram_auto_scales_and_draws_z():
+    x = np.geomspace(0.1, 10, 5)
+    y = np.linspace(0, 1, 4)
+    z = np.arange(20.0).reshape(4, 5) ** 1.5
+    fig, ax = plot.phase_diagram(x, y, z, x_label="q_scale", y_label="p", z_label="cos sim")
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
+    (mesh,) = ax.collections
+    np.testing.assert_array_equal(np.asarray(mesh.get_array()).reshape(z.shape), z)
+    np.testing.assert_allclose(mesh.get_coordinates()[0, :, 0], _edges_oracle_log(x))
+    np.testing.assert_allclose(mesh.get_coordinates()[:, 0, 1], _edges_oracle_lin(y))
+    assert mesh.colorbar.ax.get_ylabel() == "cos sim"
+    assert ax.get_xlabel() == "q_scale" and ax.get_ylabel() == "p"
+    # explicit choice beats auto-detection
+    _, ax2 = plot.phase_diagram(x, y, z, x_label="a", y_label="b", z_label="c", x_log=False, y_log=False)
+    assert ax2.get_xscale() == "linear"
+
+
+def test_phase_diagram_sorts_unsorted_coordinates_with_z():
+    x, y = np.array([3.0, 1.0, 2.0]), np.array([1.0, 0.0])
+    z = np.array([[13.0, 11.0, 12.0], [3.0, 1.0, 2.0]])
+    _, ax = plot.phase_diagram(x, y, z, x_label="x", y_label="y", z_label="z")
+    got = np.asarray(ax.collections[0].get_array()).reshape(2, 3)
+    np.testing.assert_array_equal(got, [[1.0, 2.0, 3.0], [11.0, 12.0, 13.0]])
+
+
+def test_phase_diagram_contour_theory_and_shape_check():
+    x, y = np.linspace(0, 1, 6), np.linspace(0, 2, 5)
+    X, Y = np.meshgrid(x, y)
+    z, c = X + Y, X * Y
+    theory = [(np.linspace(-5, 5, 50), np.linspace(-5, 5, 50) ** 2, "y = x^2")]
+    _, ax = plot.phase_diagram(x, y, z, x_label="x", y_label="y", z_label="z", contour=c,
+                               contour_levels=[0.5, 1.0], contour_label="x*y", theory=theory)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["x*y", "y = x^2"]
+    assert len(ax.texts) >= 2                                 # clabel texts
+    assert {float(t.get_text()) for t in ax.texts} <= {0.5, 1.0}
+    # theory did not widen the axes: limits stay the outer cell edges
+    np.testing.assert_allclose(ax.get_xlim(), (-0.1, 1.1))
+    np.testing.assert_allclose(ax.get_ylim(), (-0.25, 2.25))
+    with pytest.raises(ValueError, match="shape"):
+        plot.phase_diagram(x, y, z.T, x_label="x", y_label="y", z_label="z")
+
+
+def test_curves_bands():
+    x = np.array([1.0, 2.0, 3.0])
+    m, s = np.array([1.0, 2.0, 4.0]), np.array([0.1, 0.2, 0.3])
+    lo, hi = m - 1, m + 2
+    _, ax = plot.curves(x, {"std": (m, s), "lohi": (m, (lo, hi)), "none": (m, None)},
+                        x_label="x", y_label="y")
+    assert len(ax.collections) == 2                           # two bands, none for "none"
+    for poly, (elo, ehi) in zip(ax.collections, [(m - s, m + s), (lo, hi)]):
+        v = poly.get_paths()[0].vertices
+        for xi, a, b in zip(x, elo, ehi):
+            ys = v[np.isclose(v[:, 0], xi), 1]
+            assert np.isclose(ys.min(), a) and np.isclose(ys.max(), b)
+    assert [line.get_label() for line in ax.get_lines()] == ["std", "lohi", "none"]
+    assert ax.get_xscale() == "linear"
+
+
+# ------------------------------------------------------------------ saving
+def test_save_figure_150_dpi_atomic(tmp_path):
+    fig, _ = plot.phase_diagram([1.0, 2.0], [1.0, 2.0], np.eye(2), x_label="a", y_label="b",
+                                z_label="c")
+    out = tmp_path / "sub" / "fig.png"
+    plot.save_figure(fig, out)
+    img = mpimg.imread(out)
+    assert img.shape[:2] == (round(4.8 * 150), round(6.4 * 150))
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["fig.png"]
+    pil = pytest.importorskip("PIL.Image")
+    with pil.open(out) as im:
+        assert np.allclose(im.info["dpi"], (150, 150), atol=0.05)   # stored as pixels/metre
+
+
+def test_save_figure_leaves_nothing_on_error(tmp_path):
+    class Broken:
+        canvas = None
+
+        def savefig(self, *a, **k):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        plot.save_figure(Broken(), tmp_path / "x.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ plot_results
+@pytest.fixture
+def sweep(tmp_path):
+    """Axes a (log, 4), b (lin, 3), c (2 values), d (single value); 5 seeds; metric "m" and a
+    per-layer metric "ml" with 3 layers."""
+    rng = np.random.default_rng(0)
+    axes = OrderedDict(a=np.geomspace(0.1, 10, 4), b=np.linspace(0, 1, 3), c=np.array([0.0, 2.0]),
+                       d=np.array([7.0]))
+    metrics = {"m": rng.normal(size=(4, 3, 2, 1, 5)), "ml": rng.normal(size=(4, 3, 2, 1, 5, 3))}
+    meta = {"axes": [{"name": "a", "knobs": ["q_scale", "k_scale"], "space": "log", "values": None},
+                     {"name": "b", "knobs": ["b"], "space": "lin"},
+                     {"name": "c", "knobs": ["c"], "space": "values"},
+                     {"name": "d", "knobs": ["d"], "space": "values"}],
+            "config": {"block": {"kind": "pre_ln", "d_model": 64, "n_heads": 4},
+                       "inputs": {"batch": 2, "length": 32}}}
+    d = tmp_path / "run"
+    results.save(d, axes, metrics, meta)
+    return results.load(d), d
+
+
+def test_plot_results_2d_mean_and_title(sweep):
+    res, _ = sweep
+    fig, ax = plot.plot_results(res, x="a", y="b", metric="m", select={"c": 1.9})
+    want = res.metrics["m"][:, :, 1, 0, :].mean(axis=-1).T          # (len(b), len(a))
+    got = np.asarray(ax.collections[0].get_array()).reshape(want.shape)
+    np.testing.assert_allclose(got, want)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
+    t = ax.get_title()
+    for s in ("m", "5 seeds", "pre_ln", "d=64", "H=4", "2\u00d732", "c=2"):
+        assert s in t, (s, t)
+    assert ax.get_xlabel() == "a (q_scale = k_scale)"
+    # swapping axes transposes
+    _, ax2 = plot.plot_results(res, x="b", y="a", metric="m", select={"c": 0})
+    np.testing.assert_allclose(np.asarray(ax2.collections[0].get_array()).reshape(4, 3),
+                               res.metrics["m"][:, :, 0, 0, :].mean(axis=-1))
+
+
+def test_plot_results_layer(sweep):
+    res, _ = sweep
+    for layer, li in ((None, 2), (0, 0), (-2, 1)):
+        _, ax = plot.plot_results(res, x="a", y="b", metric="ml", layer=layer, select={"c": 0})
+        want = res.metrics["ml"][:, :, 0, 0, :, li].mean(axis=-1).T
+        np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(want.shape), want)
+        assert f"layer {li}" in ax.collections[0].colorbar.ax.get_ylabel()
+    with pytest.raises(ConfigError, match="layer 3"):
+        plot.plot_results(res, x="a", y="b", metric="ml", layer=3, select={"c": 0})
+    with pytest.raises(ConfigError, match="no layer axis"):
+        plot.plot_results(res, x="a", y="b", metric="m", layer=0, select={"c": 0})
+
+
+def test_plot_results_1d_band_is_mean_pm_std(sweep):
+    res, _ = sweep
+    _, ax = plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0})
+    seeds = res.metrics["m"][:, 1, 0, 0, :]
+    mean, std = seeds.mean(-1), seeds.std(-1, ddof=1)
+    (line,) = ax.get_lines()
+    np.testing.assert_allclose(line.get_ydata(), mean)
+    v = ax.collections[0].get_paths()[0].vertices
+    for xi, lo, hi in zip(res.axes["a"], mean - std, mean + std):
+        ys = v[np.isclose(v[:, 0], xi), 1]
+        assert np.isclose(ys.min(), lo) and np.isclose(ys.max(), hi)
+
+
+def test_plot_results_errors_name_the_axis(sweep):
+    res, _ = sweep
+    with pytest.raises(ConfigError, match="'c'"):                      # extra axis not fixed
+        plot.plot_results(res, x="a", y="b", metric="m")
+    with pytest.raises(ConfigError, match="'zz'.*a, b, c, d"):
+        plot.plot_results(res, x="a", y="b", metric="m", select={"zz": 1, "c": 0})
+    with pytest.raises(ConfigError, match="'b'"):
+        plot.plot_results(res, x="a", y="b", metric="m", select={"b": 1, "c": 0})
+    with pytest.raises(ConfigError, match="'q'.*a, b, c, d"):
+        plot.plot_results(res, x="q", y="b", metric="m", select={"c": 0})
+    with pytest.raises(ConfigError, match="'nope'.*m, ml"):
+        plot.plot_results(res, x="a", y="b", metric="nope", select={"c": 0})
+
+
+# ------------------------------------------------------------------ CLI
+def _args(*argv):
+    p = argparse.ArgumentParser()
+    plot.add_arguments(p)
+    return p.parse_args([str(a) for a in argv])
+
+
+def test_cli_writes_default_path(sweep, capsys):
+    _, d = sweep
+    assert plot.cli_main(_args(d, "--x", "a", "--y", "b", "--metric", "m", "--select", "c=2",
+                               "--contour", "m", "--levels", "0,0.5")) == 0
+    out = d / "m_a_b.png"
+    assert mpimg.imread(out).shape[:2] == (720, 960)
+    assert plot.cli_main(_args(d, "--x", "b", "--metric", "ml", "--layer", "1",
+                               "--select", "a=1", "--select", "c=0")) == 0
+    assert (d / "ml_b.png").exists()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--select", "c"], "AXIS=VALUE"),
+    (["--select", "c=abc"], "not a number"),
+    (["--select", "zz=1"], "'zz'"),
+    ([], "'c'"),
+    (["--select", "c=0", "--levels", "1,x", "--contour", "m"], "--levels"),
+])
+def test_cli_user_errors_leave_no_file(sweep, extra, match):
+    _, d = sweep
+    before = sorted(p.name for p in d.iterdir())
+    with pytest.raises(ConfigError, match=match):
+        plot.cli_main(_args(d, "--x", "a", "--y", "b", "--metric", "m", "--out", d / "f.png", *extra))
+    assert sorted(p.name for p in d.iterdir()) == before
