@@ -281,7 +281,7 @@ def _axis_log(results, name: str):
     return {"log": True, "lin": False}.get(space)
 
 
-def _sizes(meta: Mapping[str, Any]) -> str:
+def sizes_label(meta: Mapping[str, Any]) -> str:
     cfg = meta.get("config") if isinstance(meta, Mapping) else None
     if not isinstance(cfg, Mapping):
         return ""
@@ -407,7 +407,7 @@ def plot_results(results, *, x, y=None, metric, layer=None, select=None, contour
     z_label = metric + ("" if l is None else f" (layer {l})")
     if title is None:
         head = f"{z_label}, mean of {n_seeds} seed{'s' if n_seeds != 1 else ''}"
-        sub = ", ".join(p for p in (_sizes(results.meta), ", ".join(fixed)) if p)
+        sub = ", ".join(p for p in (sizes_label(results.meta), ", ".join(fixed)) if p)
         title = head + (f"\n{sub}" if sub else "")
     xc = np.asarray(results.axes[x], dtype=float)
     if y is None:

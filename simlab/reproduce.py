@@ -1,0 +1,228 @@
+"""`simlab reproduce`: every experiment of the untrained-block study, sweeps then figures.
+
+Each experiment is one or more TOML configs in experiments/ (the full, paper-size protocol,
+with a [quick] table of smaller sizes) and a function that draws its figures. The sweep data
+is saved beside the figures (OUT/data/<config>/results.npz + meta.json), so `simlab plot`
+redraws any panel without recomputing, and a re-run only draws (finished sweeps reload).
+
+Experiments (Godey, de la Clergerie & Sagot 2024, "Anisotropy Is Inherent to Self-Attention
+in Transformers", section on untrained blocks, and the mechanism of DESIGN.md):
+  paper      drift N x joint q/k scale lambda, BERT block: phase diagrams + a 1-D cut at lambda=1
+  mechanism  q_shift x lambda (attention-only and BERT); k_shift's exact null effect; drift
+  temp_corr  inverse temperature x input correlation, with the freezing boundary of theory
+  qknorm     drift N x temperature with and without QK-norm
+  depth      12-layer stacks (attention-only, post-LN, pre-LN) at three temperatures
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from simlab import plot
+from simlab.config import read_toml
+from simlab.results import Results
+from simlab.spec import ConfigError
+
+EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
+ISO_ENTROPY = [0.5]  # attn_entropy level drawn over the cosine maps
+
+
+def experiment_config(name: str, quick: bool, directory: Path = EXPERIMENTS_DIR) -> dict:
+    """The tables of experiments/<name>.toml; with quick, its [quick] overrides applied:
+    quick.num sets num on every lin/log axis, quick.block/inputs/sweep update those tables."""
+    path = directory / f"{name}.toml"
+    raw = read_toml(path)
+    q = raw.pop("quick", {})
+    if not quick:
+        return raw
+    cfg = copy.deepcopy(raw)
+    for table in ("block", "inputs", "sweep", "knobs"):
+        if table in q:
+            cfg[table] = {**cfg.get(table, {}), **q[table]}
+    if "num" in q:
+        for a in cfg.get("axes", []):
+            if "num" in a:
+                a["num"] = q["num"]
+    unknown = set(q) - {"block", "inputs", "sweep", "knobs", "num"}
+    if unknown:
+        raise ConfigError(f"{path}: quick.{sorted(unknown)[0]}: unknown field; allowed: "
+                          "block, inputs, sweep, knobs, num")
+    return cfg
+
+
+def run(name: str, out: Path, quick: bool, quiet: bool) -> Results:
+    """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name>."""
+    from simlab.sweep import run_sweep
+    data = out / "data" / name
+    res = run_sweep(experiment_config(name, quick), out=data, quiet=quiet)
+    shutil.rmtree(data / "chunks", ignore_errors=True)  # results.npz holds everything
+    return res
+
+
+def _title(res: Results, what: str, quick: bool) -> str:
+    n = res.n_seeds
+    tag = " [quick sizes]" if quick else ""
+    return f"{what}{tag}\n{plot.sizes_label(res.meta)}, {n} seed{'s' * (n != 1)}"
+
+
+# ------------------------------------------------------------------------------ experiments
+def fig_paper(out: Path, quick: bool, quiet: bool) -> list[Path]:
+    res = run("paper", out, quick, quiet)
+    files = []
+    for m in ("input_cos", "attn_cos", "attn_cos_within", "out_cos", "attn_entropy"):
+        f = out / f"paper_{m}.png"
+        contour = None if m == "attn_entropy" else "attn_entropy"
+        plot.plot_results(res, x="drift_norm", y="lambda", metric=m, contour=contour,
+                          contour_levels=ISO_ENTROPY if contour else None,
+                          title=_title(res, f"{m} vs drift N and q/k scale lambda", quick), out=f)
+        files.append(f)
+    lam = res.axes["lambda"]
+    i = int(np.argmin(np.abs(np.log(lam))))
+    series = {m: (res.mean(m)[:, i], res.std(m)[:, i])
+              for m in ("input_cos", "attn_cos", "attn_cos_within", "out_cos", "attn_entropy")}
+    fig, _ = plot.curves(res.axes["drift_norm"], series, x_label="drift_norm N",
+                         y_label="value (seed mean +- 1 std)",
+                         title=_title(res, f"cut at lambda = {lam[i]:.3g} (BERT init)", quick))
+    files.append(plot.save_figure(fig, out / "paper_vs_drift.png"))
+    return files
+
+
+def fig_mechanism(out: Path, quick: bool, quiet: bool) -> list[Path]:
+    files = []
+    for name in ("mechanism_attention", "mechanism_bert"):
+        res = run(name, out, quick, quiet)
+        for m in ("attn_entropy", "out_cos_within"):
+            f = out / f"{name}_{m}.png"
+            plot.plot_results(res, x="q_shift", y="lambda", metric=m,
+                              contour=None if m == "attn_entropy" else "attn_entropy",
+                              contour_levels=None if m == "attn_entropy" else ISO_ENTROPY,
+                              title=_title(res, f"{m}: query shift vs q/k scale", quick), out=f)
+            files.append(f)
+    ks, dr = run("mechanism_kshift", out, quick, quiet), run("mechanism_drift", out, quick, quiet)
+    ent = ks.mean("attn_entropy")                       # (q_shift, k_shift)
+    spread = float(np.max(np.abs(ks["attn_entropy"] - ks["attn_entropy"][:, :1])))
+    series = {
+        "k_shift sweep (q_shift = min)": (ent[0, :], ks.std("attn_entropy")[0, :]),
+        "q_shift sweep (k_shift = min)": (ent[:, 0], ks.std("attn_entropy")[:, 0]),
+    }
+    x = {"k_shift sweep (q_shift = min)": ks.axes["k_shift"], "q_shift sweep (k_shift = min)":
+         ks.axes["q_shift"]}
+    fig, ax = plot.curves(ks.axes["q_shift"], {}, x_label="shift norm (q_shift or k_shift)",
+                          y_label="attn_entropy (seed mean +- 1 std)",
+                          title=_title(ks, f"k_shift: max |change| of entropy = {spread:.1e}", quick))
+    for label, (m, s) in series.items():
+        plot.curves(x[label], {label: (m, s)}, x_label="shift norm (q_shift or k_shift)",
+                    y_label="attn_entropy (seed mean +- 1 std)", ax=ax)
+    files.append(plot.save_figure(fig, out / "mechanism_kshift.png"))
+    # drift as a query shift: entropy against the measured mean-query norm
+    qn_q, qn_d = ks.mean("q_mean_norm")[:, 0], dr.mean("q_mean_norm")
+    fig, ax = plot.curves(qn_q, {"q_shift sweep": (ent[:, 0], None)},
+                          x_label="measured mean-query norm |mean q'| (per head)",
+                          y_label="attn_entropy (seed mean)",
+                          title=_title(dr, "drift N acts through the mean query N u_b W_Q", quick))
+    plot.curves(qn_d, {"drift_norm sweep": (dr.mean("attn_entropy"), None)}, x_label="",
+                y_label="attn_entropy (seed mean)", ax=ax)
+    ax.set_xlabel("measured mean-query norm |mean q'| (per head, after q_scale)")
+    files.append(plot.save_figure(fig, out / "mechanism_drift_as_shift.png"))
+    return files
+
+
+def fig_temp_corr(out: Path, quick: bool, quiet: bool) -> list[Path]:
+    from simlab import theory
+    res = run("temp_corr", out, quick, quiet)
+    T = res.meta["config"]["inputs"]["length"]
+    boundary = theory.gg_boundary_curve(T, p=np.linspace(0, 0.95, 100))
+    files = []
+    for m in ("out_cos_within", "attn_entropy"):
+        z = res.mean(m)                                  # (input_corr, temperature)
+        fig, _ = plot.phase_diagram(
+            1.0 / res.axes["temperature"], res.axes["input_corr"], z,
+            x_label="inverse temperature 1/temperature", y_label="input_corr p",
+            z_label=f"{m} (seed mean)", x_log=True, y_log=False,
+            contour=res.mean("attn_entropy") if m != "attn_entropy" else None,
+            contour_levels=ISO_ENTROPY if m != "attn_entropy" else None,
+            contour_label="attn_entropy" if m != "attn_entropy" else None,
+            theory=[boundary], title=_title(res, f"{m}: inverse temperature x input correlation",
+                                            quick))
+        files.append(plot.save_figure(fig, out / f"temp_corr_{m}.png"))
+    return files
+
+
+def fig_qknorm(out: Path, quick: bool, quiet: bool) -> list[Path]:
+    files = []
+    for name in ("qknorm_off", "qknorm_on"):
+        res = run(name, out, quick, quiet)
+        for m in ("attn_entropy", "out_cos"):
+            f = out / f"{name}_{m}.png"
+            plot.plot_results(res, x="drift_norm", y="temperature", metric=m,
+                              contour=None if m == "attn_entropy" else "attn_entropy",
+                              contour_levels=None if m == "attn_entropy" else ISO_ENTROPY,
+                              title=_title(res, f"{m}, QK-norm {name.split('_')[1]}", quick),
+                              out=f)
+            files.append(f)
+    return files
+
+
+def fig_depth(out: Path, quick: bool, quiet: bool) -> list[Path]:
+    files = []
+    for kind in ("attention", "post_ln", "pre_ln"):
+        res = run(f"depth_{kind}", out, quick, quiet)
+        for m in ("out_cos", "attn_entropy"):
+            mean, std = res.mean(m), res.std(m)          # (temperature, layer)
+            layers = np.arange(1, mean.shape[-1] + 1)
+            series = {f"temperature = {t:g}": (mean[i], std[i])
+                      for i, t in enumerate(res.axes["temperature"])}
+            fig, _ = plot.curves(layers, series, x_label="layer", y_label=f"{m} (seed mean +- 1 std)",
+                                 x_log=False, title=_title(res, f"{m} per layer, {kind} stack",
+                                                           quick))
+            files.append(plot.save_figure(fig, out / f"depth_{kind}_{m}.png"))
+    return files
+
+
+EXPERIMENTS: dict[str, Callable[[Path, bool, bool], list[Path]]] = {
+    "paper": fig_paper, "mechanism": fig_mechanism, "temp_corr": fig_temp_corr,
+    "qknorm": fig_qknorm, "depth": fig_depth,
+}
+
+
+def reproduce(names=None, out: str | Path | None = None, quick: bool = False,
+              quiet: bool = False) -> dict[str, Any]:
+    """Run the named experiments (all by default); returns name -> (files, seconds)."""
+    names = list(names or EXPERIMENTS)
+    for n in names:
+        if n not in EXPERIMENTS:
+            raise ConfigError(f"--only: unknown experiment {n!r}; allowed: {', '.join(EXPERIMENTS)}")
+    out = Path(out) if out is not None else Path("figures") / ("quick" if quick else "")
+    done = {}
+    for i, n in enumerate(names, 1):
+        if not quiet:
+            print(f"[{i}/{len(names)}] {n} ({'quick' if quick else 'full'} sizes) -> {out}", flush=True)
+        t0 = time.perf_counter()
+        files = EXPERIMENTS[n](out, quick, quiet)
+        done[n] = (files, time.perf_counter() - t0)
+        if not quiet:
+            print(f"      {len(files)} figures in {done[n][1]:.1f} s", flush=True)
+    return done
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes (the whole set in minutes on a laptop CPU)")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help=f"experiments to run, of: {', '.join(EXPERIMENTS)}")
+    parser.add_argument("--out", metavar="DIR",
+                        help="figure directory (default figures/, or figures/quick with --quick)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def cli_main(args) -> int:
+    done = reproduce(args.only, args.out, args.quick, args.quiet)
+    total = sum(s for _, s in done.values())
+    print(f"reproduce: {sum(len(f) for f, _ in done.values())} figures in {total:.1f} s")
+    return 0
