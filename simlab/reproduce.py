@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -33,15 +34,27 @@ EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
 ISO_ENTROPY = [0.5]  # attn_entropy level drawn over the cosine maps
 
 
-def experiment_config(name: str, quick: bool, directory: Path = EXPERIMENTS_DIR) -> dict:
-    """The tables of experiments/<name>.toml; with quick, its [quick] overrides applied:
-    quick.num sets num on every lin/log axis, quick.block/inputs/sweep update those tables."""
+def experiment_config(name: str, quick: bool, directory: Path = EXPERIMENTS_DIR,
+                      extra: dict | None = None) -> dict:
+    """The tables of experiments/<name>.toml; with quick, its [quick] overrides applied, then
+    `extra` (same form; used by the tests to shrink every experiment further)."""
     path = directory / f"{name}.toml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: experiment config not found (run from a clone of the "
+                                "simlab repository, installed with pip install -e .)")
     raw = read_toml(path)
     q = raw.pop("quick", {})
-    if not quick:
-        return raw
-    cfg = copy.deepcopy(raw)
+    cfg = override(raw, q, f"{path}: quick") if quick else raw
+    return override(cfg, extra, "extra") if extra else cfg
+
+
+def override(cfg: dict, q: dict, where: str) -> dict:
+    """q.num sets num on every lin/log axis; q.block/inputs/sweep/knobs update those tables."""
+    unknown = set(q) - {"block", "inputs", "sweep", "knobs", "num"}
+    if unknown:
+        raise ConfigError(f"{where}.{sorted(unknown)[0]}: unknown field; allowed: "
+                          "block, inputs, sweep, knobs, num")
+    cfg = copy.deepcopy(cfg)
     for table in ("block", "inputs", "sweep", "knobs"):
         if table in q:
             cfg[table] = {**cfg.get(table, {}), **q[table]}
@@ -49,38 +62,42 @@ def experiment_config(name: str, quick: bool, directory: Path = EXPERIMENTS_DIR)
         for a in cfg.get("axes", []):
             if "num" in a:
                 a["num"] = q["num"]
-    unknown = set(q) - {"block", "inputs", "sweep", "knobs", "num"}
-    if unknown:
-        raise ConfigError(f"{path}: quick.{sorted(unknown)[0]}: unknown field; allowed: "
-                          "block, inputs, sweep, knobs, num")
     return cfg
 
 
-def run(name: str, out: Path, quick: bool, quiet: bool) -> Results:
-    """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name>."""
-    from simlab.sweep import run_sweep
-    data = out / "data" / name
-    res = run_sweep(experiment_config(name, quick), out=data, quiet=quiet)
-    shutil.rmtree(data / "chunks", ignore_errors=True)  # results.npz holds everything
-    return res
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Where and at which sizes a reproduction runs."""
+    out: Path
+    quick: bool = False
+    quiet: bool = False
+    extra: dict | None = None
 
+    def sweep(self, name: str) -> Results:
+        """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name>."""
+        from simlab.sweep import run_sweep
+        data = self.out / "data" / name
+        cfg = experiment_config(name, self.quick, extra=self.extra)
+        res = run_sweep(cfg, out=data, quiet=self.quiet)
+        shutil.rmtree(data / "chunks", ignore_errors=True)  # results.npz holds everything
+        return res
 
-def _title(res: Results, what: str, quick: bool) -> str:
-    n = res.n_seeds
-    tag = " [quick sizes]" if quick else ""
-    return f"{what}{tag}\n{plot.sizes_label(res.meta)}, {n} seed{'s' * (n != 1)}"
+    def title(self, res: Results, what: str) -> str:
+        n = res.n_seeds
+        tag = " [quick sizes]" if self.quick else ""
+        return f"{what}{tag}\n{plot.sizes_label(res.meta)}, {n} seed{'s' * (n != 1)}"
 
 
 # ------------------------------------------------------------------------------ experiments
-def fig_paper(out: Path, quick: bool, quiet: bool) -> list[Path]:
-    res = run("paper", out, quick, quiet)
+def fig_paper(r: Run) -> list[Path]:
+    res = r.sweep("paper")
     files = []
     for m in ("input_cos", "attn_cos", "attn_cos_within", "out_cos", "attn_entropy"):
-        f = out / f"paper_{m}.png"
+        f = r.out / f"paper_{m}.png"
         contour = None if m == "attn_entropy" else "attn_entropy"
         plot.plot_results(res, x="drift_norm", y="lambda", metric=m, contour=contour,
                           contour_levels=ISO_ENTROPY if contour else None,
-                          title=_title(res, f"{m} vs drift N and q/k scale lambda", quick), out=f)
+                          title=r.title(res, f"{m} vs drift N and q/k scale lambda"), out=f)
         files.append(f)
     lam = res.axes["lambda"]
     i = int(np.argmin(np.abs(np.log(lam))))
@@ -88,23 +105,23 @@ def fig_paper(out: Path, quick: bool, quiet: bool) -> list[Path]:
               for m in ("input_cos", "attn_cos", "attn_cos_within", "out_cos", "attn_entropy")}
     fig, _ = plot.curves(res.axes["drift_norm"], series, x_label="drift_norm N",
                          y_label="value (seed mean +- 1 std)",
-                         title=_title(res, f"cut at lambda = {lam[i]:.3g} (BERT init)", quick))
-    files.append(plot.save_figure(fig, out / "paper_vs_drift.png"))
+                         title=r.title(res, f"cut at lambda = {lam[i]:.3g} (BERT init)"))
+    files.append(plot.save_figure(fig, r.out / "paper_vs_drift.png"))
     return files
 
 
-def fig_mechanism(out: Path, quick: bool, quiet: bool) -> list[Path]:
+def fig_mechanism(r: Run) -> list[Path]:
     files = []
     for name in ("mechanism_attention", "mechanism_bert"):
-        res = run(name, out, quick, quiet)
+        res = r.sweep(name)
         for m in ("attn_entropy", "out_cos_within"):
-            f = out / f"{name}_{m}.png"
+            f = r.out / f"{name}_{m}.png"
             plot.plot_results(res, x="q_shift", y="lambda", metric=m,
                               contour=None if m == "attn_entropy" else "attn_entropy",
                               contour_levels=None if m == "attn_entropy" else ISO_ENTROPY,
-                              title=_title(res, f"{m}: query shift vs q/k scale", quick), out=f)
+                              title=r.title(res, f"{m}: query shift vs q/k scale"), out=f)
             files.append(f)
-    ks, dr = run("mechanism_kshift", out, quick, quiet), run("mechanism_drift", out, quick, quiet)
+    ks, dr = r.sweep("mechanism_kshift"), r.sweep("mechanism_drift")
     ent = ks.mean("attn_entropy")                       # (q_shift, k_shift)
     spread = float(np.max(np.abs(ks["attn_entropy"] - ks["attn_entropy"][:, :1])))
     series = {
@@ -115,27 +132,27 @@ def fig_mechanism(out: Path, quick: bool, quiet: bool) -> list[Path]:
          ks.axes["q_shift"]}
     fig, ax = plot.curves(ks.axes["q_shift"], {}, x_label="shift norm (q_shift or k_shift)",
                           y_label="attn_entropy (seed mean +- 1 std)",
-                          title=_title(ks, f"k_shift: max |change| of entropy = {spread:.1e}", quick))
+                          title=r.title(ks, f"k_shift: max |change| of entropy = {spread:.1e}"))
     for label, (m, s) in series.items():
         plot.curves(x[label], {label: (m, s)}, x_label="shift norm (q_shift or k_shift)",
                     y_label="attn_entropy (seed mean +- 1 std)", ax=ax)
-    files.append(plot.save_figure(fig, out / "mechanism_kshift.png"))
+    files.append(plot.save_figure(fig, r.out / "mechanism_kshift.png"))
     # drift as a query shift: entropy against the measured mean-query norm
     qn_q, qn_d = ks.mean("q_mean_norm")[:, 0], dr.mean("q_mean_norm")
     fig, ax = plot.curves(qn_q, {"q_shift sweep": (ent[:, 0], None)},
                           x_label="measured mean-query norm |mean q'| (per head)",
                           y_label="attn_entropy (seed mean)",
-                          title=_title(dr, "drift N acts through the mean query N u_b W_Q", quick))
+                          title=r.title(dr, "drift N acts through the mean query N u_b W_Q"))
     plot.curves(qn_d, {"drift_norm sweep": (dr.mean("attn_entropy"), None)}, x_label="",
                 y_label="attn_entropy (seed mean)", ax=ax)
     ax.set_xlabel("measured mean-query norm |mean q'| (per head, after q_scale)")
-    files.append(plot.save_figure(fig, out / "mechanism_drift_as_shift.png"))
+    files.append(plot.save_figure(fig, r.out / "mechanism_drift_as_shift.png"))
     return files
 
 
-def fig_temp_corr(out: Path, quick: bool, quiet: bool) -> list[Path]:
+def fig_temp_corr(r: Run) -> list[Path]:
     from simlab import theory
-    res = run("temp_corr", out, quick, quiet)
+    res = r.sweep("temp_corr")
     T = res.meta["config"]["inputs"]["length"]
     boundary = theory.gg_boundary_curve(T, p=np.linspace(0, 0.95, 100))
     files = []
@@ -148,63 +165,62 @@ def fig_temp_corr(out: Path, quick: bool, quiet: bool) -> list[Path]:
             contour=res.mean("attn_entropy") if m != "attn_entropy" else None,
             contour_levels=ISO_ENTROPY if m != "attn_entropy" else None,
             contour_label="attn_entropy" if m != "attn_entropy" else None,
-            theory=[boundary], title=_title(res, f"{m}: inverse temperature x input correlation",
-                                            quick))
-        files.append(plot.save_figure(fig, out / f"temp_corr_{m}.png"))
+            theory=[boundary], title=r.title(res, f"{m}: inverse temperature x input correlation"))
+        files.append(plot.save_figure(fig, r.out / f"temp_corr_{m}.png"))
     return files
 
 
-def fig_qknorm(out: Path, quick: bool, quiet: bool) -> list[Path]:
+def fig_qknorm(r: Run) -> list[Path]:
     files = []
     for name in ("qknorm_off", "qknorm_on"):
-        res = run(name, out, quick, quiet)
+        res = r.sweep(name)
         for m in ("attn_entropy", "out_cos"):
-            f = out / f"{name}_{m}.png"
+            f = r.out / f"{name}_{m}.png"
             plot.plot_results(res, x="drift_norm", y="temperature", metric=m,
                               contour=None if m == "attn_entropy" else "attn_entropy",
                               contour_levels=None if m == "attn_entropy" else ISO_ENTROPY,
-                              title=_title(res, f"{m}, QK-norm {name.split('_')[1]}", quick),
+                              title=r.title(res, f"{m}, QK-norm {name.split('_')[1]}"),
                               out=f)
             files.append(f)
     return files
 
 
-def fig_depth(out: Path, quick: bool, quiet: bool) -> list[Path]:
+def fig_depth(r: Run) -> list[Path]:
     files = []
     for kind in ("attention", "post_ln", "pre_ln"):
-        res = run(f"depth_{kind}", out, quick, quiet)
+        res = r.sweep(f"depth_{kind}")
         for m in ("out_cos", "attn_entropy"):
             mean, std = res.mean(m), res.std(m)          # (temperature, layer)
             layers = np.arange(1, mean.shape[-1] + 1)
             series = {f"temperature = {t:g}": (mean[i], std[i])
                       for i, t in enumerate(res.axes["temperature"])}
             fig, _ = plot.curves(layers, series, x_label="layer", y_label=f"{m} (seed mean +- 1 std)",
-                                 x_log=False, title=_title(res, f"{m} per layer, {kind} stack",
-                                                           quick))
-            files.append(plot.save_figure(fig, out / f"depth_{kind}_{m}.png"))
+                                 x_log=False, title=r.title(res, f"{m} per layer, {kind} stack"))
+            files.append(plot.save_figure(fig, r.out / f"depth_{kind}_{m}.png"))
     return files
 
 
-EXPERIMENTS: dict[str, Callable[[Path, bool, bool], list[Path]]] = {
+EXPERIMENTS: dict[str, Callable[[Run], list[Path]]] = {
     "paper": fig_paper, "mechanism": fig_mechanism, "temp_corr": fig_temp_corr,
     "qknorm": fig_qknorm, "depth": fig_depth,
 }
 
 
 def reproduce(names=None, out: str | Path | None = None, quick: bool = False,
-              quiet: bool = False) -> dict[str, Any]:
-    """Run the named experiments (all by default); returns name -> (files, seconds)."""
+              quiet: bool = False, extra: dict | None = None) -> dict[str, Any]:
+    """Run the named experiments (all by default); returns name -> (files, seconds).
+    `extra`: overrides applied on top of every config (see `override`)."""
     names = list(names or EXPERIMENTS)
     for n in names:
         if n not in EXPERIMENTS:
             raise ConfigError(f"--only: unknown experiment {n!r}; allowed: {', '.join(EXPERIMENTS)}")
     out = Path(out) if out is not None else Path("figures") / ("quick" if quick else "")
-    done = {}
+    done, r = {}, Run(out, quick, quiet, extra)
     for i, n in enumerate(names, 1):
         if not quiet:
             print(f"[{i}/{len(names)}] {n} ({'quick' if quick else 'full'} sizes) -> {out}", flush=True)
         t0 = time.perf_counter()
-        files = EXPERIMENTS[n](out, quick, quiet)
+        files = EXPERIMENTS[n](r)
         done[n] = (files, time.perf_counter() - t0)
         if not quiet:
             print(f"      {len(files)} figures in {done[n][1]:.1f} s", flush=True)
