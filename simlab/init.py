@@ -15,6 +15,7 @@ Schemes (`BlockSpec.init`):
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -35,38 +36,43 @@ def _shape(spec: BlockSpec, name: str) -> tuple[int, ...]:
             "w1": (d, f), "w2": (f, d)}[name]
 
 
-def _matrix(spec: BlockSpec, name: str, key, dtype) -> jax.Array:
-    shape = _shape(spec, name)
-    fan_in, fan_out = _fans(spec, name)
-    if spec.init == "bert":
-        return 0.02 * jax.random.normal(key, shape, dtype)
-    if spec.init == "glorot":
-        r = math.sqrt(6.0 / (fan_in + fan_out))
-        return jax.random.uniform(key, shape, dtype, -r, r)
-    return (spec.init_sigma / math.sqrt(fan_in)) * jax.random.normal(key, shape, dtype)
+def draws(key, shapes: Mapping[str, tuple[int, ...]], dtype, dist: str = "normal") -> dict:
+    """Independent N(0, 1) (or U(0, 1)) arrays of the given shapes from ONE flat draw.
+
+    One threefry call instead of one per array: XLA compiles a per-seed program with a
+    dozen random draws an order of magnitude faster this way."""
+    sizes = [math.prod(s) for s in shapes.values()]
+    sample = jax.random.normal if dist == "normal" else jax.random.uniform
+    flat = sample(key, (sum(sizes),), dtype)
+    out, start = {}, 0
+    for (name, shape), size in zip(shapes.items(), sizes):
+        out[name] = flat[start:start + size].reshape(shape)
+        start += size
+    return out
 
 
-def init_layer(spec: BlockSpec, key, dtype=jnp.float32) -> dict[str, jax.Array]:
-    """Parameters of one layer (dict of arrays, see the module docstring)."""
-    d, h, k = spec.d_model, spec.n_heads, spec.d_head
+def init_params(spec: BlockSpec, key, dtype=None) -> dict[str, jax.Array]:
+    """A depth-L stack of independently drawn layers: every leaf has a leading layer axis.
+    dtype None: jax's default float dtype (float64 under JAX_ENABLE_X64)."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    d, h, k, L = spec.d_model, spec.n_heads, spec.d_head, spec.depth
     names = _MATRICES if spec.mlp else _MATRICES[:4]
-    keys = jax.random.split(key, len(_MATRICES))
-    p = {n: _matrix(spec, n, kk, dtype) for n, kk in zip(names, keys)}
+    shapes = {n: (L,) + _shape(spec, n) for n in names}
+    if spec.init == "glorot":
+        u = draws(key, shapes, dtype, "uniform")
+        p = {n: (2.0 * u[n] - 1.0) * math.sqrt(6.0 / sum(_fans(spec, n))) for n in names}
+    else:
+        z = draws(key, shapes, dtype)
+        p = {n: z[n] * (0.02 if spec.init == "bert" else spec.init_sigma / math.sqrt(_fans(spec, n)[0]))
+             for n in names}
     for n in ("bq", "bk", "bv"):
-        p[n] = jnp.zeros((h, k), dtype)
-    p["bo"] = jnp.zeros((d,), dtype)
-    p["ln1_g"], p["ln1_b"] = jnp.ones((d,), dtype), jnp.zeros((d,), dtype)
-    p["ln2_g"], p["ln2_b"] = jnp.ones((d,), dtype), jnp.zeros((d,), dtype)
+        p[n] = jnp.zeros((L, h, k), dtype)
+    zeros, ones = jnp.zeros((L, d), dtype), jnp.ones((L, d), dtype)
+    p.update(bo=zeros, ln1_g=ones, ln1_b=zeros, ln2_g=ones, ln2_b=zeros)
     if spec.mlp:
-        p["b1"] = jnp.zeros((d * spec.mlp_ratio,), dtype)
-        p["b2"] = jnp.zeros((d,), dtype)
+        p["b1"] = jnp.zeros((L, d * spec.mlp_ratio), dtype)
+        p["b2"] = zeros
     return p
-
-
-def init_params(spec: BlockSpec, key, dtype=jnp.float32) -> dict[str, jax.Array]:
-    """A depth-L stack: every leaf gets a leading layer axis of size spec.depth."""
-    keys = jax.random.split(key, spec.depth)
-    return jax.vmap(lambda kk: init_layer(spec, kk, dtype))(keys)
 
 
 def layer(params: dict[str, jax.Array], i: int) -> dict[str, jax.Array]:

@@ -24,11 +24,13 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
+from simlab.init import draws
 from simlab.spec import InputSpec
 
 
-def unit(key, shape, dtype=jnp.float32) -> jax.Array:
+def unit(key, shape, dtype=None) -> jax.Array:
     """Random unit vector(s) along the last axis, uniform on the sphere."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
     v = jax.random.normal(key, shape, dtype)
     return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
 
@@ -48,29 +50,31 @@ def token_ids(spec: InputSpec, key) -> jax.Array:
     return jax.random.randint(key, shape, 0, spec.vocab)
 
 
-def components(spec: InputSpec, d_model: int, key, dtype=jnp.float32) -> dict[str, jax.Array]:
+def components(spec: InputSpec, d_model: int, key, dtype=None) -> dict[str, jax.Array]:
     """Per-seed arrays, each 3-D and broadcastable to (B, T, D): the drift direction "u_b"
-    (1, 1, D) and the base components of x ("x", or "z0" (B, 1, D) and "z" for gaussian)."""
-    kx, kz, kb = jax.random.split(key, 3)
+    (1, 1, D) and the base components of x ("x", or "z0" (B, 1, D) and "z" for gaussian).
+    dtype None: jax's default float dtype (float64 under JAX_ENABLE_X64)."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    kx, kid = jax.random.split(key)
     B, T, D = spec.batch, spec.length, d_model
-    out = {"u_b": unit(kb, (1, 1, D), dtype)}
+    shapes = {"u_b": (1, 1, D), "embedding": (spec.vocab, D), "gaussian": (B, T + 1, D),
+              "anisotropic": (D + B * T, D), "student_t": (0,)}
+    z = draws(kx, {"u_b": shapes["u_b"], "x": shapes[spec.kind]}, dtype)
+    out = {"u_b": z["u_b"] / jnp.linalg.norm(z["u_b"])}
     if spec.kind == "embedding":
-        ke, ki = jax.random.split(kx)
-        table = spec.embed_std * jax.random.normal(ke, (spec.vocab, D), dtype)
-        out["x"] = table[token_ids(spec, ki)]
+        out["x"] = (spec.embed_std * z["x"])[token_ids(spec, kid)]
     elif spec.kind == "gaussian":
-        out["z0"] = spec.sigma * jax.random.normal(kz, (B, 1, D), dtype)
-        out["z"] = spec.sigma * jax.random.normal(kx, (B, T, D), dtype)
+        out["z0"] = spec.sigma * z["x"][:, :1]
+        out["z"] = spec.sigma * z["x"][:, 1:]
     elif spec.kind == "anisotropic":
-        kr, kg = jax.random.split(kx)
         lam = jnp.arange(1, D + 1, dtype=dtype) ** (-spec.alpha)
         lam = lam * (spec.sigma ** 2 * D / jnp.sum(lam))
-        rot, _ = jnp.linalg.qr(jax.random.normal(kr, (D, D), dtype))
-        z = jax.random.normal(kg, (B, T, D), dtype) * jnp.sqrt(lam)
-        out["x"] = jnp.einsum("btk,dk->btd", z, rot)
+        rot, _ = jnp.linalg.qr(z["x"][:D])
+        g = z["x"][D:].reshape(B, T, D) * jnp.sqrt(lam)
+        out["x"] = jnp.einsum("btk,dk->btd", g, rot)
     else:  # student_t
         scale = spec.sigma * math.sqrt((spec.nu - 2.0) / spec.nu)
-        out["x"] = scale * jax.random.t(kx, spec.nu, (B, T, D), dtype)
+        out["x"] = scale * jax.random.t(kid, spec.nu, (B, T, D), dtype)
     return out
 
 
@@ -91,6 +95,7 @@ def combine(comps: Mapping[str, jax.Array], coefs: Mapping[str, jax.Array]) -> j
 def sample(spec: InputSpec, d_model: int, key, knobs: Mapping[str, float]) -> jax.Array:
     """One input batch (B, T, D) for the given knobs (convenience for tests and scripts)."""
     comps = components(spec, d_model, key)
-    coefs = coefficients(spec.kind, {k: jnp.asarray(v, jnp.float32) for k, v in knobs.items()})
+    dtype = jnp.result_type(float)
+    coefs = coefficients(spec.kind, {k: jnp.asarray(v, dtype) for k, v in knobs.items()})
     x = combine(comps, coefs)
     return jnp.broadcast_to(x, (spec.batch, spec.length, d_model))

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from simlab import block as B
 from simlab import factored as F
 from simlab import inputs as I
-from simlab.init import init_params
+from simlab.init import draws, init_params
 from simlab.metrics import METRIC_NAMES, layer_metrics
 from simlab.spec import KNOB_DEFAULTS, BlockSpec, ConfigError, InputSpec
 
@@ -75,11 +75,12 @@ class Lab:
     def seed_state(self, key) -> dict:
         """Everything per seed: params (stacked), input components, directions, projections."""
         spec = self.block
-        kw, kx, kq, kk = jax.random.split(key, 4)
+        kw, kx, kd = jax.random.split(key, 3)
         shape = (spec.depth, spec.n_heads, spec.d_head)
+        dirs = draws(kd, {"u_q": shape, "u_k": shape}, jnp.result_type(float))
         state = {"params": init_params(spec, kw),
                  "comps": I.components(self.inputs, spec.d_model, kx),
-                 "u_q": I.unit(kq, shape), "u_k": I.unit(kk, shape)}
+                 **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()}}
         if self.hoist:
             p0 = jax.tree.map(lambda a: a[0], state["params"])
             zero = jnp.zeros_like(p0["bq"])

@@ -148,12 +148,21 @@ def jitted(lab, names: tuple[str, ...], mesh) -> tuple[Callable, Callable]:
     return jax.jit(lab.seed_state), chunk_fn(lab, names, mesh)
 
 
-def bytes_per_micro_batch(lab, names, fixed: Mapping[str, float], swept_names, micro_batch: int) -> int:
-    """Temp + output bytes of one compiled micro-batch (jaxpr upper bound if XLA gives none)."""
+def bytes_per_micro_batch(lab, names, fixed: Mapping[str, float], swept_names, micro_batch: int,
+                          n_micro_batches: int | None = None, budget: int | None = None) -> int:
+    """Temp + output bytes of one compiled micro-batch (jaxpr upper bound if XLA gives none).
+
+    When `budget` and `n_micro_batches` are given and even 8x the jaxpr estimate of the whole
+    grid fits the budget, that estimate is returned without compiling (small sweeps then pay
+    one compile less; the chunk is the whole grid either way)."""
     state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
     args = (state, {k: jax.ShapeDtypeStruct((), np.float32) for k in fixed},
             {k: jax.ShapeDtypeStruct((micro_batch,), np.float32) for k in swept_names})
     f = micro_batch_fn(lab, names)
+    if budget is not None and n_micro_batches is not None:
+        rough = jaxpr_bytes(f, *args)
+        if 8 * rough * n_micro_batches <= budget:
+            return rough
     try:
         m = jax.jit(f).lower(*args).compile().memory_analysis()
     except NotImplementedError:
@@ -222,7 +231,9 @@ def choose_layout(cfg: SweepConfig, lab, names, n_devices: int) -> tuple[Layout,
         per_dev, bpm, rule = -(-st.chunk_size // (st.micro_batch * n_devices)), None, "chunk_size"
     else:
         swept = [k for a in cfg.axes for k in a.knobs]
-        bpm = bytes_per_micro_batch(lab, names, cfg.knobs, swept, st.micro_batch)
+        budget = int(st.memory_budget_mb * 2**20)
+        bpm = bytes_per_micro_batch(lab, names, cfg.knobs, swept, st.micro_batch,
+                                    -(-cfg.n_points // st.micro_batch), budget)
         per_dev, rule = int(st.memory_budget_mb * 2**20 // bpm), "memory_budget"
     layout = make_layout(cfg.n_points, st.micro_batch, n_devices, per_dev)
     return layout, {"micro_batch": st.micro_batch, "chunk_points": layout.chunk_mb * st.micro_batch,
