@@ -89,16 +89,25 @@ class Run:
 
 
 # ------------------------------------------------------------------------------ experiments
-def fig_paper(r: Run) -> list[Path]:
-    res = r.sweep("paper")
-    files = []
-    for m in ("input_cos", "attn_cos", "attn_cos_within", "out_cos", "attn_entropy"):
-        f = r.out / f"paper_{m}.png"
-        contour = None if m == "attn_entropy" else "attn_entropy"
-        plot.plot_results(res, x="drift_norm", y="lambda", metric=m, contour=contour,
-                          contour_levels=ISO_ENTROPY if contour else None,
-                          title=r.title(res, f"{m} vs drift N and q/k scale lambda"), out=f)
+# One function per config: it runs (or reloads) that sweep and draws its figures.
+def _maps(r: Run, name: str, x: str, y: str, metrics, what: str, contour=True) -> list[Path]:
+    """Phase diagrams of `metrics` over (x, y), with the iso-entropy contour on the others."""
+    res, files = r.sweep(name), []
+    for m in metrics:
+        c = contour and m != "attn_entropy"
+        f = r.out / f"{name}_{m}.png"
+        plot.plot_results(res, x=x, y=y, metric=m, contour="attn_entropy" if c else None,
+                          contour_levels=ISO_ENTROPY if c else None,
+                          title=r.title(res, f"{m}: {what}"), out=f)
         files.append(f)
+    return files
+
+
+def fig_paper(r: Run) -> list[Path]:
+    files = _maps(r, "paper", "drift_norm", "lambda", ("input_cos", "attn_cos", "attn_cos_within",
+                                                      "out_cos", "attn_entropy"),
+                  "drift N x q/k scale lambda")
+    res = r.sweep("paper")
     lam = res.axes["lambda"]
     i = int(np.argmin(np.abs(np.log(lam))))
     series = {m: (res.mean(m)[:, i], res.std(m)[:, i])
@@ -106,48 +115,41 @@ def fig_paper(r: Run) -> list[Path]:
     fig, _ = plot.curves(res.axes["drift_norm"], series, x_label="drift_norm N",
                          y_label="value (seed mean +- 1 std)",
                          title=r.title(res, f"cut at lambda = {lam[i]:.3g} (BERT init)"))
-    files.append(plot.save_figure(fig, r.out / "paper_vs_drift.png"))
-    return files
+    return files + [plot.save_figure(fig, r.out / "paper_vs_drift.png")]
 
 
-def fig_mechanism(r: Run) -> list[Path]:
-    files = []
-    for name in ("mechanism_attention", "mechanism_bert"):
-        res = r.sweep(name)
-        for m in ("attn_entropy", "out_cos_within"):
-            f = r.out / f"{name}_{m}.png"
-            plot.plot_results(res, x="q_shift", y="lambda", metric=m,
-                              contour=None if m == "attn_entropy" else "attn_entropy",
-                              contour_levels=None if m == "attn_entropy" else ISO_ENTROPY,
-                              title=r.title(res, f"{m}: query shift vs q/k scale"), out=f)
-            files.append(f)
-    ks, dr = r.sweep("mechanism_kshift"), r.sweep("mechanism_drift")
-    ent = ks.mean("attn_entropy")                       # (q_shift, k_shift)
+def fig_mechanism_map(name: str):
+    def draw(r: Run) -> list[Path]:
+        return _maps(r, name, "q_shift", "lambda", ("attn_entropy", "out_cos_within"),
+                     "query shift x q/k scale")
+    return draw
+
+
+def fig_kshift(r: Run) -> list[Path]:
+    ks = r.sweep("mechanism_kshift")
+    ent, std = ks.mean("attn_entropy"), ks.std("attn_entropy")       # (q_shift, k_shift)
     spread = float(np.max(np.abs(ks["attn_entropy"] - ks["attn_entropy"][:, :1])))
-    series = {
-        "k_shift sweep (q_shift = min)": (ent[0, :], ks.std("attn_entropy")[0, :]),
-        "q_shift sweep (k_shift = min)": (ent[:, 0], ks.std("attn_entropy")[:, 0]),
-    }
-    x = {"k_shift sweep (q_shift = min)": ks.axes["k_shift"], "q_shift sweep (k_shift = min)":
-         ks.axes["q_shift"]}
-    fig, ax = plot.curves(ks.axes["q_shift"], {}, x_label="shift norm (q_shift or k_shift)",
-                          y_label="attn_entropy (seed mean +- 1 std)",
+    label = "attn_entropy (seed mean +- 1 std)"
+    fig, ax = plot.curves(ks.axes["k_shift"], {"k_shift sweep (q_shift = min)": (ent[0], std[0])},
+                          x_label="shift norm (q_shift or k_shift)", y_label=label,
                           title=r.title(ks, f"k_shift: max |change| of entropy = {spread:.1e}"))
-    for label, (m, s) in series.items():
-        plot.curves(x[label], {label: (m, s)}, x_label="shift norm (q_shift or k_shift)",
-                    y_label="attn_entropy (seed mean +- 1 std)", ax=ax)
-    files.append(plot.save_figure(fig, r.out / "mechanism_kshift.png"))
-    # drift as a query shift: entropy against the measured mean-query norm
-    qn_q, qn_d = ks.mean("q_mean_norm")[:, 0], dr.mean("q_mean_norm")
-    fig, ax = plot.curves(qn_q, {"q_shift sweep": (ent[:, 0], None)},
-                          x_label="measured mean-query norm |mean q'| (per head)",
+    plot.curves(ks.axes["q_shift"], {"q_shift sweep (k_shift = min)": (ent[:, 0], std[:, 0])},
+                x_label="shift norm (q_shift or k_shift)", y_label=label, ax=ax)
+    return [plot.save_figure(fig, r.out / "mechanism_kshift.png")]
+
+
+def fig_drift_as_shift(r: Run) -> list[Path]:
+    """Entropy against the measured mean-query norm, for the q_shift and the drift sweeps."""
+    ks, dr = r.sweep("mechanism_kshift"), r.sweep("mechanism_drift")
+    fig, ax = plot.curves(ks.mean("q_mean_norm")[:, 0],
+                          {"q_shift sweep": (ks.mean("attn_entropy")[:, 0], None)},
+                          x_label="measured mean-query norm |mean q'| (per head, after q_scale)",
                           y_label="attn_entropy (seed mean)",
                           title=r.title(dr, "drift N acts through the mean query N u_b W_Q"))
-    plot.curves(qn_d, {"drift_norm sweep": (dr.mean("attn_entropy"), None)}, x_label="",
+    plot.curves(dr.mean("q_mean_norm"), {"drift_norm sweep": (dr.mean("attn_entropy"), None)},
+                x_label="measured mean-query norm |mean q'| (per head, after q_scale)",
                 y_label="attn_entropy (seed mean)", ax=ax)
-    ax.set_xlabel("measured mean-query norm |mean q'| (per head, after q_scale)")
-    files.append(plot.save_figure(fig, r.out / "mechanism_drift_as_shift.png"))
-    return files
+    return [plot.save_figure(fig, r.out / "mechanism_drift_as_shift.png")]
 
 
 def fig_temp_corr(r: Run) -> list[Path]:
@@ -157,70 +159,78 @@ def fig_temp_corr(r: Run) -> list[Path]:
     boundary = theory.gg_boundary_curve(T, p=np.linspace(0, 0.95, 100))
     files = []
     for m in ("out_cos_within", "attn_entropy"):
-        z = res.mean(m)                                  # (input_corr, temperature)
+        c = m != "attn_entropy"
         fig, _ = plot.phase_diagram(
-            1.0 / res.axes["temperature"], res.axes["input_corr"], z,
+            1.0 / res.axes["temperature"], res.axes["input_corr"], res.mean(m),
             x_label="inverse temperature 1/temperature", y_label="input_corr p",
             z_label=f"{m} (seed mean)", x_log=True, y_log=False,
-            contour=res.mean("attn_entropy") if m != "attn_entropy" else None,
-            contour_levels=ISO_ENTROPY if m != "attn_entropy" else None,
-            contour_label="attn_entropy" if m != "attn_entropy" else None,
+            contour=res.mean("attn_entropy") if c else None,
+            contour_levels=ISO_ENTROPY if c else None, contour_label="attn_entropy" if c else None,
             theory=[boundary], title=r.title(res, f"{m}: inverse temperature x input correlation"))
         files.append(plot.save_figure(fig, r.out / f"temp_corr_{m}.png"))
     return files
 
 
-def fig_qknorm(r: Run) -> list[Path]:
-    files = []
-    for name in ("qknorm_off", "qknorm_on"):
-        res = r.sweep(name)
-        for m in ("attn_entropy", "out_cos"):
-            f = r.out / f"{name}_{m}.png"
-            plot.plot_results(res, x="drift_norm", y="temperature", metric=m,
-                              contour=None if m == "attn_entropy" else "attn_entropy",
-                              contour_levels=None if m == "attn_entropy" else ISO_ENTROPY,
-                              title=r.title(res, f"{m}, QK-norm {name.split('_')[1]}"),
-                              out=f)
-            files.append(f)
-    return files
+def fig_qknorm(name: str):
+    def draw(r: Run) -> list[Path]:
+        return _maps(r, name, "drift_norm", "temperature", ("attn_entropy", "out_cos"),
+                     f"drift N x temperature, QK-norm {name.split('_')[1]}")
+    return draw
 
 
-def fig_depth(r: Run) -> list[Path]:
-    files = []
-    for kind in ("attention", "post_ln", "pre_ln"):
-        res = r.sweep(f"depth_{kind}")
+def fig_depth(kind: str):
+    def draw(r: Run) -> list[Path]:
+        res, files = r.sweep(f"depth_{kind}"), []
         for m in ("out_cos", "attn_entropy"):
             mean, std = res.mean(m), res.std(m)          # (temperature, layer)
-            layers = np.arange(1, mean.shape[-1] + 1)
             series = {f"temperature = {t:g}": (mean[i], std[i])
                       for i, t in enumerate(res.axes["temperature"])}
-            fig, _ = plot.curves(layers, series, x_label="layer", y_label=f"{m} (seed mean +- 1 std)",
-                                 x_log=False, title=r.title(res, f"{m} per layer, {kind} stack"))
+            fig, _ = plot.curves(np.arange(1, mean.shape[-1] + 1), series, x_label="layer",
+                                 y_label=f"{m} (seed mean +- 1 std)", x_log=False,
+                                 title=r.title(res, f"{m} per layer, {kind} stack"))
             files.append(plot.save_figure(fig, r.out / f"depth_{kind}_{m}.png"))
-    return files
+        return files
+    return draw
 
 
-EXPERIMENTS: dict[str, Callable[[Run], list[Path]]] = {
-    "paper": fig_paper, "mechanism": fig_mechanism, "temp_corr": fig_temp_corr,
-    "qknorm": fig_qknorm, "depth": fig_depth,
+FIGURES: dict[str, Callable[[Run], list[Path]]] = {
+    "paper": fig_paper,
+    "mechanism_attention": fig_mechanism_map("mechanism_attention"),
+    "mechanism_bert": fig_mechanism_map("mechanism_bert"),
+    "mechanism_kshift": fig_kshift,
+    "mechanism_drift": fig_drift_as_shift,
+    "temp_corr": fig_temp_corr,
+    "qknorm_off": fig_qknorm("qknorm_off"), "qknorm_on": fig_qknorm("qknorm_on"),
+    **{f"depth_{k}": fig_depth(k) for k in ("attention", "post_ln", "pre_ln")},
+}
+# The experiments of the study, each a group of configs; --only takes groups or configs.
+EXPERIMENTS: dict[str, tuple[str, ...]] = {
+    "paper": ("paper",),
+    "mechanism": ("mechanism_attention", "mechanism_bert", "mechanism_kshift", "mechanism_drift"),
+    "temp_corr": ("temp_corr",),
+    "qknorm": ("qknorm_off", "qknorm_on"),
+    "depth": ("depth_attention", "depth_post_ln", "depth_pre_ln"),
 }
 
 
 def reproduce(names=None, out: str | Path | None = None, quick: bool = False,
               quiet: bool = False, extra: dict | None = None) -> dict[str, Any]:
-    """Run the named experiments (all by default); returns name -> (files, seconds).
+    """Run the named experiments or configs (all by default); returns config -> (files, s).
     `extra`: overrides applied on top of every config (see `override`)."""
-    names = list(names or EXPERIMENTS)
-    for n in names:
-        if n not in EXPERIMENTS:
-            raise ConfigError(f"--only: unknown experiment {n!r}; allowed: {', '.join(EXPERIMENTS)}")
+    configs = []
+    for n in names or EXPERIMENTS:
+        if n not in EXPERIMENTS and n not in FIGURES:
+            raise ConfigError(f"--only: unknown experiment {n!r}; allowed: experiments "
+                              f"{', '.join(EXPERIMENTS)}, or configs {', '.join(FIGURES)}")
+        configs += [c for c in EXPERIMENTS.get(n, (n,)) if c not in configs]
     out = Path(out) if out is not None else Path("figures") / ("quick" if quick else "")
     done, r = {}, Run(out, quick, quiet, extra)
-    for i, n in enumerate(names, 1):
+    for i, n in enumerate(configs, 1):
         if not quiet:
-            print(f"[{i}/{len(names)}] {n} ({'quick' if quick else 'full'} sizes) -> {out}", flush=True)
+            print(f"[{i}/{len(configs)}] {n} ({'quick' if quick else 'full'} sizes) -> {out}",
+                  flush=True)
         t0 = time.perf_counter()
-        files = EXPERIMENTS[n](r)
+        files = FIGURES[n](r)
         done[n] = (files, time.perf_counter() - t0)
         if not quiet:
             print(f"      {len(files)} figures in {done[n][1]:.1f} s", flush=True)
@@ -231,7 +241,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small sizes (the whole set in minutes on a laptop CPU)")
     parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help=f"experiments to run, of: {', '.join(EXPERIMENTS)}")
+                        help=f"experiments ({', '.join(EXPERIMENTS)}) or single configs "
+                             f"({', '.join(FIGURES)}) to run")
     parser.add_argument("--out", metavar="DIR",
                         help="figure directory (default figures/, or figures/quick with --quick)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")

@@ -60,7 +60,7 @@ def test_experiment_config_quick_and_errors(tmp_path):
 @pytest.mark.slow
 def test_reproduce_all_tiny(tmp_path, capsys):
     done = reproduce.reproduce(None, out=tmp_path, quick=True, quiet=True, extra=TINY)
-    assert set(done) == set(reproduce.EXPERIMENTS)
+    assert set(done) == set(reproduce.FIGURES)
     for files, _ in done.values():
         for f in files:
             assert f.exists() and f.stat().st_size > 10_000, f
