@@ -173,7 +173,7 @@ def fig_temp_corr(r: Run) -> list[Path]:
 
 def fig_qknorm(name: str):
     def draw(r: Run) -> list[Path]:
-        return _maps(r, name, "drift_norm", "temperature", ("attn_entropy", "out_cos"),
+        return _maps(r, name, "drift_norm", "temperature", ("attn_entropy", "attn_cos", "out_cos"),
                      f"drift N x temperature, QK-norm {name.split('_')[1]}")
     return draw
 
