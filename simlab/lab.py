@@ -103,8 +103,8 @@ class Lab:
         """Metrics at one grid point. knobs: every name of spec.KNOB_NAMES -> scalar."""
         x, coefs = self.inputs_of(state, knobs)
         qkv0 = attn_fn0 = None
+        p0 = jax.tree.map(lambda a: a[0], state["params"])
         if self.hoist:
-            p0 = jax.tree.map(lambda a: a[0], state["params"])
             qkv0 = tuple(None if state["proj"]["u_b"][i] is None else jnp.broadcast_to(
                 sum(coefs[c] * state["proj"][c][i] for c in coefs) + p0[b], x.shape[:2] +
                 p0[b].shape) for i, b in enumerate(("bq", "bk", "bv")))

@@ -15,8 +15,7 @@ CLI: `simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--out FILE.png] [--laye
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
+import io
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -26,6 +25,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from simlab.results import atomic_write_bytes
 from simlab.spec import ConfigError
 
 FIGSIZE = (6.4, 4.8)
@@ -245,17 +245,10 @@ def save_figure(fig, path) -> Path:
     then os.replace); the figure is closed (released from pyplot if it came from there)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    buf = io.BytesIO()
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=DPI)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        fig.savefig(buf, format="png", dpi=DPI)
+        atomic_write_bytes(path, buf.getvalue())
     finally:
         if getattr(fig.canvas, "manager", None) is not None:
             import matplotlib.pyplot as plt

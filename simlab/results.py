@@ -70,9 +70,13 @@ class Results:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and os.replace (all or nothing)."""
+    """Write `data` to `path` via a temporary file and os.replace (all or nothing); the file
+    gets the usual permissions (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

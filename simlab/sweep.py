@@ -108,10 +108,16 @@ def make_layout(n_points: int, micro_batch: int, n_devices: int, chunk_mb_per_de
     return Layout(n_points, micro_batch, n_devices * max(1, min(chunk_mb_per_device, cap)))
 
 
+def knob_dtype() -> np.dtype:
+    """jax's default float dtype: the dtype of every knob value."""
+    return np.dtype(jax.numpy.result_type(float))
+
+
 def grid_knobs(cfg: SweepConfig) -> dict[str, np.ndarray]:
-    """Swept knob -> float32 values at every flat point index (C order over the axes)."""
+    """Swept knob -> values at every flat point index (C order over the axes), in jax's default
+    float dtype (float32; float64 under JAX_ENABLE_X64)."""
     idx = np.unravel_index(np.arange(cfg.n_points), cfg.shape)
-    return {k: np.asarray(a.values, np.float32)[i] for a, i in zip(cfg.axes, idx) for k in a.knobs}
+    return {k: np.asarray(a.values, knob_dtype())[i] for a, i in zip(cfg.axes, idx) for k in a.knobs}
 
 
 def micro_batch_fn(lab, names: tuple[str, ...]) -> Callable:
@@ -156,8 +162,8 @@ def bytes_per_micro_batch(lab, names, fixed: Mapping[str, float], swept_names, m
     grid fits the budget, that estimate is returned without compiling (small sweeps then pay
     one compile less; the chunk is the whole grid either way)."""
     state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
-    args = (state, {k: jax.ShapeDtypeStruct((), np.float32) for k in fixed},
-            {k: jax.ShapeDtypeStruct((micro_batch,), np.float32) for k in swept_names})
+    args = (state, {k: jax.ShapeDtypeStruct((), knob_dtype()) for k in fixed},
+            {k: jax.ShapeDtypeStruct((micro_batch,), knob_dtype()) for k in swept_names})
     f = micro_batch_fn(lab, names)
     if budget is not None and n_micro_batches is not None:
         rough = jaxpr_bytes(f, *args)
@@ -341,7 +347,7 @@ def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> res
     n_reused = st.seeds * layout.chunks_per_seed - len(todo)
     log.info("sweep: %d chunks to compute, %d reused", len(todo), n_reused)
 
-    fixed = jax.device_put({k: np.float32(v) for k, v in cfg.knobs.items()}, replicated)
+    fixed = jax.device_put({k: knob_dtype().type(v) for k, v in cfg.knobs.items()}, replicated)
     seed_state, fn = jitted(lab, names, mesh)
     compiled, state, state_seed = None, None, None
     t_compute, compile_s = time.perf_counter(), 0.0

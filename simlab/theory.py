@@ -1,0 +1,442 @@
+"""Closed-form predictions about attention sharpness and anisotropy, each with its source.
+
+Five claims (the numbering is the one of `simlab check-theory` and docs/theory.md):
+
+  1. REM entropy      softmax of T i.i.d. Gaussian logits (Derrida's random energy model).
+  2. Giorlandino-Goldt  output cosine of one attention layer on correlated tokens
+                      (arXiv 2505.24333), re-derived here from the REM.
+  3. Chen et al.      critical attention scaling beta = gamma ln n (ICLR 2026, arXiv 2510.05554).
+  4. Zhai et al.      attention-entropy lower bound from a spectral norm (arXiv 2303.06296).
+  5. Dong et al.      rank collapse of pure attention, doubly exponential in depth
+                      (arXiv 2103.03404).
+
+Conventions (simlab's public interface; DESIGN.md).  One head computes
+
+    l_ij = (q_i' . k_j') / (sqrt(d_head) * temperature),
+    q_i' = q_scale * q_i + q_shift * u_q,   k_j' = k_scale * k_j + k_shift * u_k,
+
+softmax over keys j.  Gaussian inputs with correlation p = input_corr are
+x_i = sqrt(p) z_0 + sqrt(1 - p) z_i, z ~ N(0, sigma^2 I_d).  Anisotropy is the mean pairwise
+cosine over distinct pairs, (|sum_i u_i|^2 - sum_i |u_i|^2) / (n (n - 1)), u_i = x_i / |x_i|.
+
+How the knobs set the size of the logits.  If the unscaled queries and keys have i.i.d.
+coordinates of standard deviation q_std and k_std (independent projections W_Q, W_K of the
+tokens), then q . k / sqrt(d_head) has standard deviation q_std * k_std whatever d_head, so
+
+    lambda = q_scale * k_scale * q_std * k_std / temperature                    (logit_std)
+
+is the standard deviation of every logit.  For a projection with i.i.d. N(0, w^2) weights of
+tokens with per-coordinate std sigma in d_model dimensions, q_std = w * sqrt(d_model) * sigma
+(projected_std): w = 1/sqrt(d_model) with sigma = 1 gives q_std = 1; BERT's w = 0.02 at
+d_model = 768 gives q_std = 0.55 sigma.  After QK-norm with gain g, q_std = g.  Of the logit
+variance lambda^2, the fraction p (the common z_0) is either constant over keys (softmax
+ignores it) or a pattern shared by all queries; the key-dependent part of one row has variance
+(1 - p) lambda^2.  drift_norm adds a common vector to every token: it acts like a larger p
+(more shared structure), and the claims below assume drift_norm = 0 unless stated otherwise.
+q_shift adds m_q . k_j (a shared pattern); k_shift adds q_i . m_k, constant over j, which
+softmax ignores exactly.
+
+Every function here is plain numpy (float64; scipy only inside rem_frozen_entropy) so that
+predictions do not depend on JAX's precision; simulations live in simlab.check_theory.  Curve functions return
+(x_arr, y_arr, label) triples, the `theory=` format of simlab.plot.phase_diagram / curves.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# --------------------------------------------------------------------------------------------
+# Knob mapping shared by the claims
+# --------------------------------------------------------------------------------------------
+
+
+def projected_std(init_std: float, d_model: int, input_std: float = 1.0) -> float:
+    """Per-coordinate std of x W for W with i.i.d. N(0, init_std^2) entries and tokens whose
+    d_model coordinates have std input_std: init_std * sqrt(d_model) * input_std."""
+    return float(init_std) * math.sqrt(d_model) * float(input_std)
+
+
+def logit_std(q_scale=1.0, k_scale=1.0, temperature=1.0, *, q_std=1.0, k_std=1.0):
+    """lambda = q_scale k_scale q_std k_std / temperature: the std of the logits
+    l_ij = q.k / (sqrt(d_head) temperature) for queries and keys with i.i.d. coordinates of
+    std q_std, k_std drawn independently (independent W_Q, W_K).  Broadcasts over arrays."""
+    return (np.asarray(q_scale) * np.asarray(k_scale) * q_std * k_std
+            / np.asarray(temperature))
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 1: random energy model (REM) entropy of a softmax row
+# --------------------------------------------------------------------------------------------
+
+
+def rem_critical_std(T) -> np.ndarray:
+    """s_c = sqrt(2 ln T): the freezing threshold of a softmax over T i.i.d. N(0, s^2) logits."""
+    return np.sqrt(2.0 * np.log(np.asarray(T, dtype=float)))
+
+
+def rem_normalized_entropy(x) -> np.ndarray:
+    """Large-T limit of H / ln T for the softmax of T i.i.d. N(0, s^2) logits, x = s / s_c.
+
+    Statement (Derrida 1981, "Random-energy model: an exactly solvable model of disordered
+    systems", Phys. Rev. B 24, 2613; the softmax row is the Gibbs measure of a REM with
+    2^N = T levels and energies -s g_j).  Annealed phase (s < s_c = sqrt(2 ln T)):
+    ln Z = ln T + s^2/2 + o(ln T), the Gibbs mean of the logit is s^2, so
+    H = ln Z - <l> = ln T - s^2 / 2 + o(ln T).  Frozen phase (s >= s_c): the weights converge
+    to a Poisson-Dirichlet PD(m) law with m = s_c / s and H = O(1).  Hence
+    H / ln T -> 1 - x^2 for x < 1 and 0 for x >= 1 (continuous, with a kink at x = 1).
+    Assumptions: i.i.d. Gaussian logits in a row, T -> infinity at fixed x.  Checked against the
+    textbook REM free energy (the REM entropy per level is ln 2 - beta^2/2 below beta_c); this
+    is the form given in the issue, re-derived here.  Finite-size corrections are O(1/ln T)
+    (the O(1) frozen entropy, and the log-log shift of the extreme value near x = 1).
+
+    Knobs: s is the key-dependent logit std, s = sqrt(1 - input_corr) * logit_std(...)
+    (module docstring), so x = sqrt(1 - p) * q_scale k_scale q_std k_std / (temperature s_c).
+    """
+    x = np.asarray(x, dtype=float)
+    return np.where(x < 1.0, 1.0 - x ** 2, 0.0)
+
+
+def rem_entropy(s, T) -> np.ndarray:
+    """Leading-order entropy ln T * rem_normalized_entropy(s / sqrt(2 ln T)) (nats)."""
+    T = np.asarray(T, dtype=float)
+    return np.log(T) * rem_normalized_entropy(np.asarray(s, float) / rem_critical_std(T))
+
+
+def rem_frozen_entropy(x) -> np.ndarray:
+    """O(1) limit of the entropy itself in the frozen phase x = s / s_c > 1: the mean entropy of
+    PD(m), m = 1/x, which is E[-ln w*] for a size-biased pick w* ~ Beta(1 - m, m):
+    psi(1) - psi(1 - m).  Derived here (not in the issue); it diverges as x -> 1+, where the
+    O(ln T) annealed entropy takes over.  Returns nan for x <= 1."""
+    from scipy.special import digamma   # scipy is a test extra: import only when needed
+    x = np.asarray(x, dtype=float)
+    m = np.where(x > 1.0, 1.0 / np.where(x > 1.0, x, 2.0), np.nan)
+    return digamma(1.0) - digamma(1.0 - m)
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 2: Giorlandino & Goldt attention map on correlated tokens
+# --------------------------------------------------------------------------------------------
+
+
+def gg_beta_c(p) -> np.ndarray:
+    """beta_c = sqrt(2 / (1 - p)): the critical inverse temperature of claim 2."""
+    return np.sqrt(2.0 / (1.0 - np.asarray(p, dtype=float)))
+
+
+def gg_output_cosine(beta, p) -> np.ndarray:
+    """Limiting output cosine of one softmax attention layer on tokens with correlation p.
+
+    Statement (form as given in the issue for Giorlandino & Goldt, arXiv 2505.24333, "Two
+    failure modes of deep transformers and how to avoid them"; only the abstract could be
+    retrieved here, which confirms the REM treatment of self-attention but not the formula,
+    so the formula was re-derived as follows):
+
+        cos_out = 1                                         for beta <= beta_c,
+        cos_out = p / (p + (1 - p) (1 - beta_c / beta))     for beta >  beta_c,
+        beta_c  = sqrt(2 / (1 - p)).
+
+    Derivation.  Tokens x_i = sqrt(p) z_0 + sqrt(1 - p) z_i (d -> infinity), independent
+    random W_Q, W_K, identity values.  The logits have std lambda = beta sqrt(ln T) (this is
+    the sqrt(ln T) in their scaling); for a fixed query the key-dependent part is, exactly
+    for Gaussian inputs, i.i.d. N(0, (1 - p) lambda^2) over keys: a REM with
+    s = sqrt(1 - p) beta sqrt(ln T), which freezes at s = sqrt(2 ln T), i.e. beta = beta_c.
+    The output o_i = sum_j A_ij x_j has o_i . o_k / d -> p + (1 - p) sum_j A_ij A_kj and
+    |o_i|^2 / d -> p + (1 - p) Y_i with Y_i = sum_j A_ij^2.  Y -> 0 in the annealed phase and
+    E[Y] -> 1 - m, m = beta_c / beta, in the frozen phase (PD(m)); the overlap of two queries
+    -> 0 (their landscapes share only a fraction p of the variance: REM chaos).  The formula is
+    therefore a ratio of expectations, E[o_i . o_k] / E[|o_i|^2] ("kernel cosine" in
+    check_theory).  Because Y_i does not self-average in the frozen phase, simlab's
+    anisotropy (the mean of per-pair cosines) converges instead to gg_mean_cosine(beta, p)
+    >= gg_output_cosine(beta, p) (Jensen).
+
+    Assumptions: T -> infinity, d_model, d_head -> infinity first, drift_norm = 0, no shifts,
+    identity (or random orthogonal-like) values, no residual, no normalisation.  The limit is
+    not uniform in p: in the annealed phase Y ~ T^(2 (beta/beta_c)^2 - 1) for
+    beta < beta_c / sqrt(2) (slower above), so 1 - cos ~ (1 - p)/p * Y needs T large against a
+    power of (1 - p)/p; on the line p = 0 the finite-T cosine tends to 0, not 1
+    (cos = e^(-s^2) at p = 0 since two queries share no key preference), and near beta_c the
+    approach is logarithmically slow (REM critical point).
+
+    Knob mapping (gg_beta_from_knobs): beta = logit_std(q_scale, k_scale, temperature,
+    q_std, k_std) / sqrt(ln T); p = input_corr.  Critical inverse temperature in simlab knobs:
+    1 / temperature_c = sqrt(2 ln T / (1 - p)) / (q_scale k_scale q_std k_std); d_head drops
+    out (it only enters through finite-size fluctuations of |q_i|).
+    """
+    beta = np.asarray(beta, dtype=float)
+    p = np.asarray(p, dtype=float)
+    bc = gg_beta_c(p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frozen = p / (p + (1.0 - p) * (1.0 - bc / np.maximum(beta, 1e-300)))
+    return np.where(beta <= bc, 1.0, frozen)
+
+
+def gg_beta_from_knobs(T, q_scale=1.0, k_scale=1.0, temperature=1.0, *, q_std=1.0, k_std=1.0):
+    """beta of claim 2 from simlab knobs: logit_std(...) / sqrt(ln T)."""
+    lam = logit_std(q_scale, k_scale, temperature, q_std=q_std, k_std=k_std)
+    return lam / np.sqrt(np.log(np.asarray(T, dtype=float)))
+
+
+def gg_inverse_temperature_c(T, p, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std=1.0):
+    """1 / temperature at the claim-2 (and claim-1) boundary for T keys and input_corr p."""
+    lam_c = np.sqrt(2.0 * np.log(float(T)) / (1.0 - np.asarray(p, dtype=float)))
+    return lam_c / (q_scale * k_scale * q_std * k_std)
+
+
+def pd_sum_sq_samples(m: float, n_samples: int = 20000, *, n_atoms: int = 4000,
+                      seed: int = 0) -> np.ndarray:
+    """Samples of Y = sum_k w_k^2 for Poisson-Dirichlet PD(m, 0) weights, 0 < m < 1.
+
+    w_k proportional to G_k^(-1/m) with G_k the arrival times of a unit Poisson process
+    (ranked representation); the first n_atoms atoms exactly, the rest by their law-of-large-
+    numbers value sum_{k > K} k^(-a) ~ (K + 1/2)^(1 - a) / (a - 1).  E[Y] = 1 - m."""
+    rng = np.random.default_rng(seed)
+    a = 1.0 / m
+    ys = np.empty(n_samples)
+    K = n_atoms
+    tail1 = (K + 0.5) ** (1.0 - a) / (a - 1.0)
+    tail2 = (K + 0.5) ** (1.0 - 2.0 * a) / (2.0 * a - 1.0)
+    for lo in range(0, n_samples, 1000):
+        n = min(1000, n_samples - lo)
+        g = np.cumsum(rng.exponential(size=(n, K)), axis=1)
+        v = g ** (-a)
+        s1 = v.sum(1) + tail1
+        s2 = (v ** 2).sum(1) + tail2
+        ys[lo:lo + n] = s2 / s1 ** 2
+    return ys
+
+
+def gg_mean_cosine(beta, p, *, n_samples: int = 20000, seed: int = 0) -> np.ndarray:
+    """Limit of simlab's anisotropy metric (mean pairwise cosine of the outputs) in the setting
+    of gg_output_cosine.  Derived here, not in the source: per pair, cos = p / sqrt(N_i N_k)
+    with N = p + (1 - p) Y and Y_i independent PD(m) sums of squares, so the mean cosine is
+    p * E[N^(-1/2)]^2 in the frozen phase (1 below beta_c).  Monte Carlo over PD(m) (seeded,
+    deterministic); scalar p, array beta."""
+    beta = np.atleast_1d(np.asarray(beta, dtype=float))
+    p = float(p)
+    bc = float(gg_beta_c(p))
+    out = np.ones_like(beta)
+    for i, b in enumerate(beta):
+        if b > bc:
+            y = pd_sum_sq_samples(bc / b, n_samples, seed=seed)
+            out[i] = p * np.mean((p + (1.0 - p) * y) ** -0.5) ** 2
+    return out
+
+
+def gg_boundary_curve(T, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std=1.0,
+                      p=None, x="inverse_temperature"):
+    """Claim-1/2 phase boundary in simlab knob coordinates, as (x_arr, y_arr, label).
+
+    y is input_corr p; x is 1/temperature ("inverse_temperature"), temperature
+    ("temperature") or the claim-2 beta ("beta").  Left of the curve (small 1/temperature) the
+    key-dependent logits are annealed (uniform-like attention, output cosine -> 1); right of
+    it they are frozen (a few keys per query).  For the temperature x correlation phase
+    diagram of a block with i.i.d. N(0, w^2) projections, pass
+    q_std = k_std = projected_std(w, d_model, sigma); with QK-norm, the gain."""
+    if p is None:
+        p = np.linspace(0.0, 0.98, 200)
+    p = np.asarray(p, dtype=float)
+    inv_t = gg_inverse_temperature_c(T, p, q_scale=q_scale, k_scale=k_scale, q_std=q_std,
+                                     k_std=k_std)
+    if x == "inverse_temperature":
+        xs = inv_t
+    elif x == "temperature":
+        xs = 1.0 / inv_t
+    elif x == "beta":
+        xs = gg_beta_c(p)
+    else:
+        raise ValueError(f"x: {x!r} is not one of 'inverse_temperature', 'temperature', 'beta'")
+    return xs, p, f"REM freezing (T={int(T)})"
+
+
+def gg_cosine_contours(T, levels=(0.5, 0.7, 0.9), *, q_scale=1.0, k_scale=1.0, q_std=1.0,
+                       k_std=1.0, x="inverse_temperature", n: int = 200):
+    """Iso-lines of the predicted output cosine (claim 2) in the (x, input_corr) plane, as a
+    list of (x_arr, y_arr, label).  For a level c > p the frozen formula gives
+    1 - beta_c / beta = p (1 - c) / (c (1 - p)); points with p >= c do not exist (the cosine
+    never drops below p)."""
+    out = []
+    for c in levels:
+        p = np.linspace(0.0, c, n, endpoint=False)[1:]
+        frac = p * (1.0 - c) / (c * (1.0 - p))           # 1 - beta_c/beta
+        beta = gg_beta_c(p) / (1.0 - frac)
+        lam = beta * np.sqrt(np.log(float(T)))
+        inv_t = lam / (q_scale * k_scale * q_std * k_std)
+        xs = {"inverse_temperature": inv_t, "temperature": 1.0 / inv_t, "beta": beta}[x]
+        out.append((xs, p, f"predicted cos = {c:g}"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 3: critical attention scaling beta = gamma ln n (Chen, Lin, Polyanskiy, Rigollet)
+# --------------------------------------------------------------------------------------------
+
+
+def chen_gamma_c(rho) -> np.ndarray:
+    """gamma_c = 1 / (1 - rho)."""
+    return 1.0 / (1.0 - np.asarray(rho, dtype=float))
+
+
+def chen_output_cosine_finite(gamma, rho, n) -> np.ndarray:
+    """Exact output cosine at finite n for the simplex configuration (Assumption 1 below):
+    a = A_ii = 1 / (1 + (n - 1) e^(-beta (1 - rho))), b = (1 - a) / (n - 1),
+    |o|^2 = rho + (1 - rho)(a^2 + (n - 1) b^2), o_i.o_k = rho + (1 - rho)(2ab + (n - 2) b^2)."""
+    gamma = np.asarray(gamma, dtype=float)
+    rho = np.asarray(rho, dtype=float)
+    n = np.asarray(n, dtype=float)
+    beta = gamma * np.log(n)
+    e = np.exp(np.log(n - 1.0) - beta * (1.0 - rho))
+    a = 1.0 / (1.0 + e)
+    b = (1.0 - a) / (n - 1.0)
+    norm2 = rho + (1.0 - rho) * (a ** 2 + (n - 1.0) * b ** 2)
+    cross = rho + (1.0 - rho) * (2.0 * a * b + (n - 2.0) * b ** 2)
+    return cross / norm2
+
+
+def chen_output_cosine(gamma, rho) -> np.ndarray:
+    """n -> infinity limit of the output cosine at beta = gamma ln n.
+
+    Statement (Chen, Lin, Polyanskiy, Rigollet, "Critical attention scaling in long-context
+    transformers", ICLR 2026, arXiv 2510.05554).  Model (as summarised in the retrievable
+    reviews of the paper; the theorem text itself could not be retrieved): identity
+    Q = K = V, tokens normalised y_i = x_i / |x_i|, scores a_ij = beta <y_i, y_j>, output
+    x_i' = sum_j softmax_j(a_ij) y_j + alpha x_i, beta = gamma log n; Assumption 1 (simplex):
+    <y_i, y_j> = rho for all i != j.  Critical gamma_c = 1 / (1 - rho) (confirmed by the
+    reviews); the limits below follow exactly from Assumption 1 with alpha = 0 (derivation in
+    chen_output_cosine_finite: A_ii -> 0, 1/2, 1 below, at, above gamma_c):
+
+        cos_out -> 1                      gamma < gamma_c   (all tokens collapse),
+        cos_out -> 4 rho / (1 + 3 rho)    gamma = gamma_c,
+        cos_out -> rho                    gamma > gamma_c   (attention = identity).
+
+    Knob mapping: with identity projections and unit-norm queries and keys, simlab's logit is
+    q_scale k_scale <y_i, y_j> / (sqrt(d_head) temperature), so
+    beta = q_scale k_scale q_norm k_norm / (sqrt(d_head) temperature) with q_norm = k_norm = 1
+    for unit vectors (QK-norm with gain g: q_norm = g sqrt(d_head)), rho = input_corr for
+    Gaussian inputs at large d (the pairwise cosine of the inputs).  No residual
+    (attn_residual = 0), drift_norm = 0.
+    """
+    gamma = np.asarray(gamma, dtype=float)
+    rho = np.asarray(rho, dtype=float)
+    gc = chen_gamma_c(rho)
+    crit = 4.0 * rho / (1.0 + 3.0 * rho)
+    return np.where(np.isclose(gamma, gc, rtol=1e-9, atol=0.0), crit,
+                    np.where(gamma < gc, 1.0, rho))
+
+
+def chen_beta_from_knobs(q_scale=1.0, k_scale=1.0, temperature=1.0, *, d_head=1, q_norm=1.0,
+                         k_norm=1.0):
+    """beta of claim 3 from simlab knobs:
+    q_scale k_scale q_norm k_norm / (sqrt(d_head) temperature)."""
+    return (np.asarray(q_scale) * np.asarray(k_scale) * q_norm * k_norm
+            / (math.sqrt(d_head) * np.asarray(temperature)))
+
+
+def chen_boundary_curve(n, *, d_head=1, q_scale=1.0, k_scale=1.0, q_norm=1.0, k_norm=1.0,
+                        rho=None, x="inverse_temperature"):
+    """Claim-3 critical line beta = ln n / (1 - rho) in simlab knob coordinates, as
+    (x_arr, y_arr, label) with y = input_corr (= rho); x = 1/temperature, temperature, or
+    beta ("beta")."""
+    if rho is None:
+        rho = np.linspace(0.0, 0.98, 200)
+    rho = np.asarray(rho, dtype=float)
+    beta = np.log(float(n)) / (1.0 - rho)
+    inv_t = beta * math.sqrt(d_head) / (q_scale * k_scale * q_norm * k_norm)
+    xs = {"inverse_temperature": inv_t, "temperature": 1.0 / inv_t, "beta": beta}[x]
+    return xs, rho, f"gamma = 1/(1-rho) (n={int(n)})"
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 4: attention entropy lower bound (Zhai et al. 2023)
+# --------------------------------------------------------------------------------------------
+
+
+def entropy_floor(beta, T) -> np.ndarray:
+    """h_T(beta) = ln(1 + (T - 1) e^-beta) + beta (T - 1) e^-beta / (1 + (T - 1) e^-beta): the
+    entropy of a softmax row with one logit beta above T - 1 equal others.  Decreasing in
+    beta >= 0, from ln T to 0.  Evaluated stably for large beta."""
+    beta = np.asarray(beta, dtype=float)
+    T = np.asarray(T, dtype=float)
+    le = np.log(T - 1.0) - beta                    # ln((T-1) e^-beta)
+    e_over = np.exp(le - np.logaddexp(0.0, le))    # e / (1 + e)
+    return np.logaddexp(0.0, le) + beta * e_over
+
+
+def zhai_entropy_lower_bound(logit_spectral_norm, T) -> np.ndarray:
+    """Lower bound on every row entropy of softmax(L) for a T x T logit matrix L.
+
+    Source: Zhai et al., "Stabilizing Transformer Training by Preventing Attention Entropy
+    Collapse" (ICML 2023, arXiv 2303.06296), Theorem 3.1: a "tight lower bound of the
+    attention entropy, which decreases exponentially fast with the spectral norm of the
+    attention logits" (abstract; confirmed).  The theorem's text could not be retrieved here;
+    its form h_T(beta) (entropy_floor) is the one recalled for the paper, and beta is derived
+    here so that the bound is provable in terms of ||L||_2:
+
+        H(softmax(L_i)) >= h_T(sqrt(T / (T - 1)) * ||L||_2)     for every row i.
+
+    Proof sketch.  Softmax ignores the row mean; among rows with centred norm
+    ||a - mean(a)||_2 <= r the entropy is minimal for one peak and T - 1 equal values
+    (checked numerically, T = 2..16, by constrained minimisation from random starts), whose gap
+    is r sqrt(T / (T - 1)); and ||L_i - mean|| <= ||L_i|| <= ||L||_2.  The bound is attained by
+    L = e_i a^T with a one-peaked and centred.  With the weights: ||L||_2 <= ||X W_Q W_K^T X^T||_2
+    / (sqrt(d_head) temperature) <= ||W_Q W_K^T||_2 ||X||_2^2 q_scale k_scale
+    / (sqrt(d_head) temperature) when shifts are zero, which is how q_scale, k_scale,
+    temperature and (through ||X||_2) drift_norm move the bound.  Assumptions: none beyond
+    T >= 2 (any real logits; the property test draws shifts and drift too).
+    """
+    T = np.asarray(T, dtype=float)
+    beta = np.sqrt(T / (T - 1.0)) * np.asarray(logit_spectral_norm, dtype=float)
+    return entropy_floor(beta, T)
+
+
+# --------------------------------------------------------------------------------------------
+# Claim 5: rank collapse of pure attention (Dong, Cordonnier, Loukas 2021)
+# --------------------------------------------------------------------------------------------
+
+
+def dong_residual_bound(r0, c, depth: int) -> np.ndarray:
+    """Doubly exponential bound r_L <= c^((3^L - 1)/2) r0^(3^L), L = 0..depth, i.e. the
+    recursion r_{l+1} <= c r_l^3 (computed in log space; may underflow to 0).
+
+    Statement (Dong, Cordonnier, Loukas, "Attention is not all you need: pure attention loses
+    rank doubly exponentially with depth", ICML 2021, arXiv 2103.03404; abstract confirmed:
+    "without skip connections or MLPs, the output converges doubly exponentially to a rank-1
+    matrix. On the other hand, skip connections and MLPs stop the output from degeneration").
+    Theorem (recalled, not retrieved): for a pure self-attention network of depth L,
+    ||res(SAN(X))||_{1,inf} <= (4 gamma beta / sqrt(d_qk))^((3^L - 1)/2) ||res(X)||_{1,inf}^(3^L),
+    res(X) = X - 1 x^T, with beta bounding the weights' norms and gamma a Lipschitz-type
+    constant; c = 4 gamma beta / sqrt(d_qk).  The cubic step is also what one gets from
+    first principles: with X = 1 xbar^T + R, the row-dependent part of the logits is
+    R W R^T = O(r^2) (the O(r) part xbar W R^T is shared by all queries and so maps every
+    row to the same output), and it multiplies R again: res_{l+1} = O(r^3).
+
+    Knobs: c grows with q_scale k_scale / temperature (sharper logits slow the collapse);
+    attn_residual = 1 (skip) and an MLP between layers are the two ways out; the claim is
+    qualitative in check_theory: r_l decays faster than any exponential (log r_{l+1} versus
+    log r_l has slope > 1, ideally 3), with skips it does not decay.
+    """
+    r0 = float(r0)
+    L = np.arange(depth + 1)
+    logr = (3.0 ** L - 1.0) / 2.0 * math.log(c) + 3.0 ** L * math.log(r0)
+    return np.exp(np.clip(logr, -745.0, 50.0))
+
+
+def relative_residual(x_TD) -> np.ndarray:
+    """||X - 1 xbar^T||_F / ||X||_F with xbar the token mean (the minimiser over x of
+    ||X - 1 x^T||_F); numpy or jax arrays, over the last two axes."""
+    x = np.asarray(x_TD, dtype=float)
+    res = x - x.mean(axis=-2, keepdims=True)
+    return np.linalg.norm(res, axis=(-2, -1)) / np.linalg.norm(x, axis=(-2, -1))
+
+
+def collapse_exponent(r, floor: float = 1e-5) -> float:
+    """Least-squares slope k of log r_{l+1} against log r_l over layers with both above floor:
+    k = 1 means exponential decay, k > 1 faster than exponential, k = 3 the cubic step of
+    dong_residual_bound.  nan with fewer than 2 usable steps."""
+    r = np.asarray(r, dtype=float)
+    a, b = r[:-1], r[1:]
+    ok = (a > floor) & (b > floor) & (a < 1.0)
+    if ok.sum() < 2:
+        return float("nan")
+    la, lb = np.log(a[ok]), np.log(b[ok])
+    return float(np.polyfit(la, lb, 1)[0])
