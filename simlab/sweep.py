@@ -121,11 +121,22 @@ def grid_knobs(cfg: SweepConfig) -> dict[str, np.ndarray]:
 
 
 def micro_batch_fn(lab, names: tuple[str, ...]) -> Callable:
-    """(state, fixed knobs, swept knobs with a leading point axis) -> metrics per point."""
+    """(state, fixed knobs, swept knobs with a leading point axis) -> metrics per point.
+
+    A micro-batch of one point calls lab.point without vmap (the same math; on XLA:CPU a batch
+    axis of size 1 costs a copy of the attention weights and a slower entropy reduction: 20%
+    of a paper-size point, docs/performance.md)."""
     def point(state, fixed, swept):
         out = lab.point(state, {**fixed, **swept})
         return {k: out[k] for k in names}
-    return jax.vmap(point, in_axes=(None, None, 0))
+    batched = jax.vmap(point, in_axes=(None, None, 0))
+
+    def micro_batch(state, fixed, swept):
+        if swept and all(np.shape(v)[0] == 1 for v in swept.values()):
+            one = point(state, fixed, {k: v[0] for k, v in swept.items()})
+            return {k: v[None] for k, v in one.items()}
+        return batched(state, fixed, swept)
+    return micro_batch
 
 
 def chunk_fn(lab, names: tuple[str, ...], mesh) -> Callable:
