@@ -28,13 +28,6 @@ from simlab.init import draws
 from simlab.spec import InputSpec
 
 
-def unit(key, shape, dtype=None) -> jax.Array:
-    """Random unit vector(s) along the last axis, uniform on the sphere."""
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    v = jax.random.normal(key, shape, dtype)
-    return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
-
-
 def zipf_ids(key, shape, vocab: int, s: float) -> jax.Array:
     """Token ids with P(k) proportional to (k + 1)^-s, by inverse CDF (no V-wide sample)."""
     logp = -s * jnp.log(jnp.arange(1, vocab + 1, dtype=jnp.float32))

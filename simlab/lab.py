@@ -19,6 +19,7 @@ from typing import Iterable, Mapping
 import jax
 import jax.numpy as jnp
 
+from simlab import attention as A
 from simlab import block as B
 from simlab import factored as F
 from simlab import inputs as I
@@ -84,7 +85,7 @@ class Lab:
         if self.hoist:
             p0 = jax.tree.map(lambda a: a[0], state["params"])
             zero = jnp.zeros_like(p0["bq"])
-            proj = {c: tuple(B.A.project(p0[w], zero, x) for w in ("wq", "wk", "wv"))
+            proj = {c: tuple(A.project(p0[w], zero, x) for w in ("wq", "wk", "wv"))
                     for c, x in state["comps"].items()}
             if self.factor:
                 state["factored"] = F.hoist(p0, state["comps"], proj, state["u_q"][0])
