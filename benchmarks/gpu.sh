@@ -22,4 +22,7 @@ if jax.default_backend() != "gpu":
 print("devices:", jax.devices())
 PY
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-exec "$PYTHON" -m benchmarks.sweep --tag gpu --loop-points 0 --peak-n 8192 --stages W2,W3 "$@"
+# The PyTorch peer loop (P1-P5) runs on the GPU too when torch sees CUDA, else it is skipped.
+TORCH_DEVICE=$("$PYTHON" -c "import torch; print('cuda' if torch.cuda.is_available() else 'none')" 2>/dev/null || echo none)
+exec "$PYTHON" -m benchmarks.sweep --tag gpu --loop-points 0 --peak-n 8192 --stages W2,W3 \
+    --torch-device "$TORCH_DEVICE" "$@"

@@ -1,27 +1,24 @@
-"""`simlab bench`: the sweep engine against the machine's matmul peak and a per-point loop.
+"""`simlab bench`: the sweep engine against the peers a researcher would otherwise use.
 
-One run, on the current machine (docs/performance.md):
-  peak   float32 matmul GFLOP/s of a large jitted matmul (best of several calls);
-  per workload (WORKLOADS), each side in a fresh subprocess (so peak memory is separable):
-    engine  simlab.run_sweep(config, out=None, quiet=True): grid points per second from its
-            compute_time_s (the chunk function's compile is excluded and reported apart; the
-            seed_state function is compiled before the run), peak RSS of the process;
-    loop    the loop a researcher writes without the engine: per seed, draw the weights and
-            inputs once (jit(Lab(hoist=False).seed_state)), then call
-            jit(Lab(hoist=False, factor=False).point) once per grid point with that point's
-            knobs (no vmap, no hoisting, no factoring; every call does the full block forward
-            and the metrics). Calls are dispatched back to back and synchronised once per seed
-            (the fastest such loop). For the paper-size workloads it is timed on an evenly
-            spaced subset of the points and extrapolated linearly (marked "~" in the table);
-  FLOPs   counted analytically from the shapes (`flop_counts`): the dot_general FLOPs
-          (2 m n k) of the path the engine runs (factored / hoisted / plain) per point, the
-          hoisted per-seed FLOPs, and the plain path's per point (what the loop executes).
-          Executed GFLOP/s = engine FLOPs / engine time, as a fraction of the matmul peak.
-Workloads W1-W3 compare speed-ups and FLOP rates with TARGETS; W4 runs W1's block on grids of
-1e3 and 1e5 points and compares their peak memory.
-
-The JSON written under benchmarks/results/ holds every number of the table plus the machine,
-the versions, the load average before and after, and the command line.
+One run, on the current machine (docs/performance.md), every measurement in a fresh subprocess:
+  peak    float32 GFLOP/s of a large jitted matmul (best of several calls);
+  P1-P5   the engine against a plain PyTorch eager per-point loop (simlab.bench_torch; needs the
+          optional `bench` extra), on drift N x joint q/k scale lambda grids of the paper's
+          protocol. Per workload, in this order: the engine with an empty compilation cache
+          ("cold": what a first run pays), the PyTorch loop, the engine again on the cache it
+          filled ("warm": every later run). Walls include compilation and the per-seed draws,
+          not the Python imports; the ratio is PyTorch wall / engine wall;
+  W1-W3   the engine against the JAX per-point loop (jit(Lab(plain).point) called once per
+          point, weights drawn once per seed; for the paper-size workloads timed on an evenly
+          spaced subset of the points and extrapolated, "~" in the table);
+  W4      the engine's peak memory on grids of 1e3 and 1e5 points (flatness);
+  FLOPs   dot_general FLOPs counted from the traced programs (`traced_flops`: the jaxpr of
+          lab.point after dead-code elimination, loop bodies times their trip count), per point
+          and per seed; executed GFLOP/s = FLOPs / steady-state compute time, also as a fraction
+          of the peak.
+The JSON written under benchmarks/results/ holds every number of the tables plus the machine,
+the versions, the load average before and after (a ratio against PyTorch is only valid on a
+quiet machine: its thread pool slows by up to 25x when the cores are shared), and the command.
 """
 from __future__ import annotations
 
@@ -38,9 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Targets of the performance issue (ratios measured in the same run).
-TARGETS = {"W1": {"speedup": 3.0}, "W2": {"speedup": 5.0},
+# Targets (ratios measured in the same run). P*: PyTorch wall / engine wall; W3: the share of
+# the matmul peak the paper-size BERT block executes in steady state; W4: peak memory of the
+# 1e5-point grid over the 1e3-point grid; "cached compile": seconds a warm-cache sweep compiles.
+TARGETS = {"P1": {"ratio": 4.0}, "P2": {"ratio": 3.0}, "P3": {"ratio": 2.0}, "P4": {"ratio": 4.0},
+           "P5": {}, "W1": {"speedup": 3.0}, "W2": {"speedup": 5.0},
            "W3": {"speedup": 1.3, "peak_fraction": 0.60}, "W4": {"memory_ratio": 1.3}}
+CACHED_COMPILE_S = 0.3
 
 _W1_BLOCK = {"kind": "attention", "d_model": 64, "n_heads": 4, "mlp": False}
 _W1_INPUTS = {"kind": "embedding", "batch": 4, "length": 64}
@@ -80,6 +81,41 @@ WORKLOADS: dict[str, dict[str, Any]] = {
            "grids": {"1e3": (40, 25), "1e5": (400, 250)}, "repeats": 1},
 }
 
+# Engine vs the PyTorch loop: the paper's protocol (BERT init, embedding lookup + drift N, joint
+# q/k scale lambda), metrics input/attn/out cos (+ within), attn_entropy, attn_max.
+PEER_METRICS = ["input_cos", "input_cos_within", "attn_cos", "attn_cos_within", "out_cos",
+                "out_cos_within", "attn_entropy", "attn_max"]
+_D256 = {"d_model": 256, "n_heads": 4}
+_T256 = {"kind": "embedding", "batch": 8, "length": 256}
+PEERS: dict[str, dict[str, Any]] = {
+    "P1": {"title": "attention-only, d 256, 4 heads, 8 x 256 tokens, 16 x 16 grid",
+           "block": {"kind": "attention", **_D256, "mlp": False}, "inputs": _T256, "n": 16},
+    "P2": {"title": "BERT post-LN, d 256, 4 heads, 8 x 256 tokens, 12 x 12 grid",
+           "block": {"kind": "post_ln", **_D256}, "inputs": _T256, "n": 12},
+    "P3": {"title": "BERT post-LN at paper size (d 768, 12 heads, 16 x 512), 4 x 4 grid",
+           "block": _BERT, "inputs": _PAPER_INPUTS, "n": 4},
+    "P4": {"title": "attention-only at paper size, 4 x 4 grid",
+           "block": _ATTN, "inputs": _PAPER_INPUTS, "n": 4},
+    "P5": {"title": "attention-only, d 256, 8 x 256 tokens, 8 x 8 grid (small grid)",
+           "block": {"kind": "attention", **_D256, "mlp": False}, "inputs": _T256, "n": 8},
+}
+PEER_QUICK = {"block": {"d_model": 32, "n_heads": 2}, "inputs": {"batch": 2, "length": 16,
+                                                                  "vocab": 300}, "n": 2}
+
+
+def peer_config(name: str, quick: bool = False) -> dict[str, Any]:
+    """The sweep config of a PyTorch-peer workload: drift_norm 1e-2..1e5 x lambda 0.1..1e3 (log)."""
+    w = PEERS[name]
+    q = PEER_QUICK if quick else {}
+    n = q.get("n", w["n"])
+    return {"block": {**w["block"], **q.get("block", {})},
+            "inputs": {**w["inputs"], **q.get("inputs", {})},
+            "axes": [_log_axis("drift_norm", 1e-2, 1e5, n),
+                     {"name": "lambda", "knobs": ["q_scale", "k_scale"], "space": "log",
+                      "start": 0.1, "stop": 1e3, "num": n}],
+            "sweep": {"seeds": 1, "metrics": PEER_METRICS}}
+
+
 # --quick: the same structure at sizes that run in seconds (smoke run and tests). The
 # paper-size stand-ins keep T > 64 so that the stable rank takes the Lanczos path.
 QUICK: dict[str, dict[str, Any]] = {
@@ -117,78 +153,62 @@ def default_out_dir() -> Path:
 
 
 # ----------------------------------------------------------------------------- FLOP counts
-def _dot(*dims) -> int:
-    """FLOPs of a dot_general: 2 * (product of batch, free and contracted sizes)."""
-    return 2 * math.prod(int(d) for d in dims)
+def dot_flops(jaxpr) -> int:
+    """2 * batch * contracted * free sizes of every dot_general of a jaxpr, recursing into
+    sub-jaxprs; a scan body (lax.map, fori_loop with static bounds) counts `length` times. A
+    while loop holding a dot_general is an error (its trip count is not static)."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+            ls, rs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
+            free_l = [n for i, n in enumerate(ls) if i not in lc and i not in lb]
+            free_r = [n for i, n in enumerate(rs) if i not in rc and i not in rb]
+            total += 2 * math.prod(ls[i] for i in lb) * math.prod(ls[i] for i in lc) \
+                * math.prod(free_l) * math.prod(free_r)
+            continue
+        subs = []
+        for v in eqn.params.values():
+            for x in (v if isinstance(v, (tuple, list)) else (v,)):
+                j = getattr(x, "jaxpr", x)
+                if hasattr(j, "eqns"):
+                    subs.append(j)
+        inner = sum(dot_flops(j) for j in subs)
+        if name == "scan":
+            inner *= eqn.params["length"]
+        elif name == "while" and inner:
+            raise ValueError("dot_general inside a while loop of unknown trip count")
+        total += inner
+    return total
 
 
-def metric_flops(names, b: int, t: int, d: int, h: int, lanczos_steps: int) -> int:
-    """dot_general FLOPs of simlab.metrics.layer_metrics for one layer (B, T, D, H heads)."""
-    f = 0
-    if "attn_entropy" in names:                          # einsum bhts,bhts->bht
-        f += _dot(b, h, t, t)
-    if "stable_rank" in names:
-        n, m = min(t, d), max(t, d)
-        f += _dot(b, n, n, m)                            # Gram matrix
-        if n > lanczos_steps:                            # Lanczos: g v, two reorth. passes
-            f += b * lanczos_steps * (_dot(n, n) + 2 * (_dot(lanczos_steps, n) * 2))
-    return f
+def traced_flops(lab) -> tuple[int, int]:
+    """(per point, per seed) dot_general FLOPs of lab.point and lab.seed_state, after dead-code
+    elimination (what XLA runs), from the traced programs."""
+    import jax
+    from jax._src.interpreters import partial_eval as pe
+    from simlab.lab import knob_arrays
+    key = jax.random.PRNGKey(0)
+    state = jax.eval_shape(lab.seed_state, key)
+    point = jax.make_jaxpr(lab.point)(state, knob_arrays({})).jaxpr
+    point, _ = pe.dce_jaxpr(point, [True] * len(point.outvars))
+    seed = jax.make_jaxpr(lab.seed_state)(key).jaxpr
+    return dot_flops(point), dot_flops(seed)
 
 
-NEEDS_OUTPUT = {"attn_cos", "attn_cos_within", "out_cos", "out_cos_within", "stable_rank"}
-
-
-def flop_counts(block, inputs, metrics=None) -> dict[str, Any]:
-    """Analytic dot_general FLOPs of a Lab from its specs (dicts or spec objects).
-
-    Returns {"path", "engine_per_point", "engine_per_seed", "plain_per_point",
-    "plain_per_seed", "parts"}: the engine's path is "factored" (layer-0 logits from per-seed
-    matrices), "hoisted" (layer-0 projections per seed) or "plain"; "parts" breaks the
-    per-point counts down. Counted from the shapes alone (tests/test_bench.py checks them
-    against the dot_general equations of the traced program).
-    """
-    from simlab import metrics as M
+def flop_counts(config: dict) -> dict[str, Any]:
+    """Traced FLOPs of a workload's engine Lab and of the plain Lab the per-point loops run:
+    {"path", "engine_per_point", "engine_per_seed", "plain_per_point", "plain_per_seed"}."""
+    from simlab.config import load_config
     from simlab.lab import Lab
-    from simlab.spec import BlockSpec, InputSpec
-    blk = block if isinstance(block, BlockSpec) else BlockSpec(**block)
-    inp = inputs if isinstance(inputs, InputSpec) else InputSpec(**inputs)
-    lab = Lab(blk, inp, metrics)
-    names = lab.metric_names
-    b, t, d, h = inp.batch, inp.length, blk.d_model, blk.n_heads
-    f_mlp = d * blk.mlp_ratio
-    proj = 3 * _dot(b, t, d, d)
-    logits = _dot(b, h, t, t, d // h)
-    av = _dot(b, h, t, t, d // h)
-    wo = _dot(b, t, d, d)
-    mlp = 2 * _dot(b, t, d, f_mlp) if blk.mlp else 0
-    met = metric_flops(names, b, t, d, h, M.LANCZOS_STEPS)
-    layer = proj + logits + av + wo + mlp + met
-    path = "factored" if lab.factor else "hoisted" if lab.hoist else "plain"
-    first = {"factored": av + wo + mlp + met, "hoisted": logits + av + wo + mlp + met,
-             "plain": layer}[path]
-    # Depth 1: V, A V, W_O and the MLP are dead code (traced, removed by XLA) when no requested
-    # metric reads the attention output or the block output. (Deeper stacks are counted whole:
-    # the last layer runs inside a scan.)
-    dead = blk.depth == 1 and not set(names) & NEEDS_OUTPUT
-    plain = blk.depth * layer - (av + wo + mlp + proj // 3 if dead else 0)
-    engine = first + (blk.depth - 1) * layer - (av + wo + mlp if dead else 0) \
-        - (proj // 3 if dead and path == "plain" else 0)
-    # per seed: the input draw (anisotropic inputs rotate), then the hoisted projections of
-    # each input component c (shape (Bc, Tc, D)) and, when factored, S_c = Q_c K_v^T and the
-    # bias / shift rows b_Q K_v^T, u_q K_v^T.
-    comps = {"embedding": {"x": (b, t), "u_b": (1, 1)}, "student_t": {"x": (b, t), "u_b": (1, 1)},
-             "anisotropic": {"x": (b, t), "u_b": (1, 1)},
-             "gaussian": {"z0": (b, 1), "z": (b, t), "u_b": (1, 1)}}[inp.kind]
-    draw = _dot(b, t, d, d) if inp.kind == "anisotropic" else 0
-    seed = draw
-    if lab.hoist:
-        seed += sum(3 * _dot(bc, tc, d, d) for bc, tc in comps.values())
-    if lab.factor:
-        seed += sum(_dot(b, tc, t, d) for _, tc in comps.values()) + 2 * _dot(b, t, d)
-    return {"path": path, "engine_per_point": engine,
-            "engine_per_seed": seed, "plain_per_point": plain, "plain_per_seed": draw,
-            "parts": {"projections": proj, "logits": logits, "attn_v": av, "w_o": wo,
-                      "mlp": mlp, "metrics": met, "depth": blk.depth}}
+    cfg = load_config({**config, "axes": config.get("axes") or [_log_axis("q_scale", 1, 2, 2)]})
+    engine = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics)
+    plain = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, hoist=False, factor=False, tiled=False)
+    (ep, es), (pp, ps) = traced_flops(engine), traced_flops(plain)
+    path = "factored" if engine.factor else "hoisted" if engine.hoist else "tiled"
+    return {"path": path, "engine_per_point": ep, "engine_per_seed": es,
+            "plain_per_point": pp, "plain_per_seed": ps}
 
 
 # ----------------------------------------------------------------------------- workers
@@ -232,33 +252,38 @@ def worker_peak(n: int, repeats: int) -> dict[str, Any]:
 
 
 def worker_engine(config: dict, repeats: int) -> dict[str, Any]:
-    """Time run_sweep on `config` (in memory). The first run also compiles; with repeats > 1
-    the best compute time of the later runs is reported (the compiled chunk is reused)."""
-    import jax
-    from simlab.config import load_config
-    from simlab.lab import Lab
-    from simlab.sweep import jitted, local_mesh, run_sweep
+    """Time run_sweep on `config` (in memory) as a user runs it: the first run's wall includes
+    validation, compilation (from the compilation cache this process was given, if it holds
+    the programs), the per-seed draws, the points and the merge. With repeats > 1 the best
+    compute time of the later runs is the steady state (the compiled programs are reused)."""
+    from simlab.sweep import run_sweep
     out = _baseline()
-    cfg = load_config(config)
-    lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics)
-    names = tuple(cfg.sweep.metrics or lab.metric_names)
-    t0 = time.perf_counter()
-    seed_state = jitted(lab, names, local_mesh())[0]            # the engine's own cache
-    jax.block_until_ready(seed_state(jax.random.PRNGKey(0)))
-    out["seed_state_compile_s"] = time.perf_counter() - t0
     runs = []
     for _ in range(max(1, repeats)):
         t0 = time.perf_counter()
-        res = run_sweep(cfg, lab=lab, quiet=True)
+        res = run_sweep(config, quiet=True)
         m = res.meta
         runs.append({"compute_s": m["compute_time_s"], "compile_s": m["compile_time_s"],
                      "wall_s": time.perf_counter() - t0})
     timed = runs[1:] if len(runs) > 1 else runs
     best = min(timed, key=lambda r: r["compute_s"])
     out.update(compute_s=best["compute_s"], compute_s_all=[r["compute_s"] for r in timed],
-               compile_s=runs[0]["compile_s"], first_wall_s=runs[0]["wall_s"],
-               layout=m["layout"], n_points=cfg.n_points, seeds=cfg.sweep.seeds,
-               devices=m["devices"], rss_peak_mb=_rss_mb(), device_peak_mb=_device_peak_mb())
+               compile_s=runs[0]["compile_s"], wall_s=runs[0]["wall_s"],
+               first_compute_s=runs[0]["compute_s"], layout=m["layout"],
+               n_points=m["n_points"], seeds=m["seeds"], devices=m["devices"],
+               matmul_precision=m["matmul_precision"], rss_peak_mb=_rss_mb(),
+               device_peak_mb=_device_peak_mb())
+    return out
+
+
+def worker_torch(config: dict, device: str = "cpu") -> dict[str, Any]:
+    """Time the PyTorch eager per-point loop (simlab.bench_torch) on a peer workload's grid."""
+    from simlab import bench_torch
+    import numpy as np
+    axes = {a["name"]: np.geomspace(a["start"], a["stop"], a["num"]).tolist() for a in config["axes"]}
+    out = bench_torch.loop(config["block"], config["inputs"], axes["drift_norm"], axes["lambda"],
+                           config["sweep"].get("seeds", 1), device=device)
+    out["rss_peak_mb"] = _rss_mb()
     return out
 
 
@@ -272,7 +297,7 @@ def worker_loop(config: dict, loop_points: int | None) -> dict[str, Any]:
     from simlab.sweep import grid_knobs
     out = _baseline()
     cfg = load_config(config)
-    lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, hoist=False, factor=False)
+    lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, hoist=False, factor=False, tiled=False)
     seed_state, point = jax.jit(lab.seed_state), jax.jit(lab.point)
     grid = grid_knobs(cfg)
     fixed = {k: np.float32(v) for k, v in cfg.knobs.items()}
@@ -305,20 +330,36 @@ def worker_loop(config: dict, loop_points: int | None) -> dict[str, Any]:
 def _worker_main(argv) -> int:
     spec = json.loads(argv[0])
     kind = spec.pop("kind")
-    fn = {"peak": worker_peak, "engine": worker_engine, "loop": worker_loop}[kind]
-    result = fn(**spec)
+    result = WORKERS[kind](**spec)
     sys.stdout.write("\n@@RESULT@@" + json.dumps(result) + "\n")
     return 0
 
 
-def run_worker(spec: dict, isolate: bool = True, timeout: float | None = None) -> dict[str, Any]:
-    """Run a worker in a fresh `python -m simlab.bench --worker` process (or in-process)."""
+WORKERS = {"peak": worker_peak, "engine": worker_engine, "loop": worker_loop, "torch": worker_torch}
+
+
+def run_worker(spec: dict, isolate: bool = True, timeout: float | None = None,
+               cache_dir: str | None = None) -> dict[str, Any]:
+    """Run a worker in a fresh `python -m simlab.bench --worker` process (or in-process), with
+    the compilation cache in `cache_dir` ("off" for none; None: the environment's)."""
+    env = dict(os.environ)
+    if cache_dir is not None:
+        env["SIMLAB_COMPILE_CACHE"] = cache_dir
     if not isolate:
         spec = dict(spec)
         kind = spec.pop("kind")
-        return {"peak": worker_peak, "engine": worker_engine, "loop": worker_loop}[kind](**spec)
+        old = os.environ.get("SIMLAB_COMPILE_CACHE")
+        try:
+            if cache_dir is not None:
+                os.environ["SIMLAB_COMPILE_CACHE"] = cache_dir
+            return WORKERS[kind](**spec)
+        finally:
+            if old is None:
+                os.environ.pop("SIMLAB_COMPILE_CACHE", None)
+            else:
+                os.environ["SIMLAB_COMPILE_CACHE"] = old
     cmd = [sys.executable, "-m", "simlab.bench", "--worker", json.dumps(spec)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=os.getcwd())
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=os.getcwd(), env=env)
     if p.returncode != 0 or "@@RESULT@@" not in p.stdout:
         raise RuntimeError(f"benchmark worker {spec['kind']} failed (exit {p.returncode}):\n"
                            f"{p.stderr[-4000:]}")
@@ -401,7 +442,7 @@ def run_workload(name: str, quick: bool, peak: float, isolate: bool, loop_points
     cfg = cfgs[""]
     lp = loop_points if loop_points is not None else (QUICK.get(name, {}).get("loop_points", w["loop_points"])
                                                       if quick else w["loop_points"])
-    fl = flop_counts(cfg["block"], cfg["inputs"], cfg["sweep"].get("metrics"))
+    fl = flop_counts(cfg)
     log(f"  {name}: engine ...")
     e = run_worker({"kind": "engine", "config": cfg, "repeats": reps}, isolate)
     log(f"  {name}: per-point loop ...")
@@ -445,7 +486,72 @@ def run_stages(name: str, cfg: dict, isolate: bool, log=print) -> dict[str, Any]
         out[label] = {"points": evals, "engine_s_per_point": e["compute_s"] / evals,
                       "loop_s_per_point": lo["total_s"] / evals,
                       "speedup": lo["total_s"] / e["compute_s"],
-                      "flops": flop_counts(c["block"], c["inputs"], metrics)}
+                      "flops": flop_counts(c)}
+    return out
+
+
+def run_peer(name: str, quick: bool, peak: float, isolate: bool, log=print,
+             torch_device: str | None = "cpu", rounds: int = 1) -> dict[str, Any]:
+    """A PyTorch-peer workload, `rounds` times: engine cold (an empty compilation cache),
+    PyTorch loop, engine warm (the cache the cold run filled), each in its own process. On this
+    2-core VM one process's speed differed from the next by up to 40% (both ways, for the
+    engine and for PyTorch alike), so the table reports the median round's walls and steady
+    per-point times, and the JSON every round; torch_device None: no PyTorch."""
+    import statistics
+    import tempfile
+    cfg = peer_config(name, quick)
+    fl = flop_counts(cfg)
+    runs = []
+    for r in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="simlab-bench-cache-") as cache:
+            tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
+            log(f"  {tag}: engine, empty compilation cache ...")
+            cold = run_worker({"kind": "engine", "config": cfg, "repeats": 2}, isolate,
+                              cache_dir=cache)
+            peer = None
+            if torch_device is not None:
+                log(f"  {tag}: PyTorch loop ...")
+                peer = run_worker({"kind": "torch", "config": cfg, "device": torch_device}, isolate)
+            log(f"  {tag}: engine, warm compilation cache ...")
+            warm = run_worker({"kind": "engine", "config": cfg, "repeats": 1}, isolate,
+                              cache_dir=cache)
+        runs.append({"engine_cold": cold, "engine_warm": warm, "torch": peer})
+
+    def med(f):
+        return statistics.median(f(r) for r in runs)
+    first = runs[0]["engine_cold"]
+    n, seeds = first["n_points"], first["seeds"]
+    evals = n * seeds
+    flops = fl["engine_per_point"] * evals + fl["engine_per_seed"] * seeds
+    compute_s = med(lambda r: r["engine_cold"]["compute_s"])
+    out = {"name": name, "title": PEERS[name]["title"], "config": cfg, "points": n, "seeds": seeds,
+           "flops": fl, "rounds": runs,
+           "engine_cold": {"wall_s": med(lambda r: r["engine_cold"]["wall_s"]),
+                           "compile_s": med(lambda r: r["engine_cold"]["compile_s"]),
+                           "compute_s": compute_s},
+           "engine_warm": {"wall_s": med(lambda r: r["engine_warm"]["wall_s"]),
+                           "compile_s": med(lambda r: r["engine_warm"]["compile_s"])},
+           "engine_ms_per_point": 1e3 * compute_s / evals,
+           "engine_gflops": _gf(flops) / compute_s, "torch": None}
+    out["peak_fraction"] = out["engine_gflops"] / peak
+    target = TARGETS.get(name, {}).get("ratio")
+    out["target"] = {"ratio": target, "cached_compile_s": CACHED_COMPILE_S}
+    out["met"] = {"cached_compile_s": out["engine_warm"]["compile_s"] <= CACHED_COMPILE_S}
+    if torch_device is not None:
+        out["torch"] = {"total_s": med(lambda r: r["torch"]["total_s"]),
+                        "ms_per_point": med(lambda r: r["torch"]["ms_per_point"]),
+                        "torch": runs[0]["torch"]["torch"], "device": torch_device,
+                        "threads": runs[0]["torch"]["threads"], "n_points": n}
+        ratios = [(r["torch"]["total_s"] / r["engine_cold"]["wall_s"],
+                   r["torch"]["total_s"] / r["engine_warm"]["wall_s"]) for r in runs]
+        out["ratio_cold"] = statistics.median(c for c, _ in ratios)
+        out["ratio_warm"] = statistics.median(w for _, w in ratios)
+        out["ratio_range"] = {"cold": [min(c for c, _ in ratios), max(c for c, _ in ratios)],
+                              "warm": [min(w for _, w in ratios), max(w for _, w in ratios)]}
+        out["steady_ratio"] = out["torch"]["ms_per_point"] / out["engine_ms_per_point"]
+        if target is not None:
+            out["met"].update(ratio_cold=out["ratio_cold"] >= target,
+                              ratio_warm=out["ratio_warm"] >= target)
     return out
 
 
@@ -457,14 +563,42 @@ def format_table(report: dict[str, Any]) -> str:
     """The run as a Markdown table (also printed)."""
     peak = report["peak"]["gflops"]
     lines = [f"matmul peak (float32, {report['peak']['n']}^3, jitted): {peak:.1f} GFLOP/s "
-             f"(median {report['peak']['gflops_median']:.1f})", "",
-             "| workload | points x seeds | engine pts/s | engine s (compile s) | GFLOP/pt engine / plain"
-             " | GFLOP/seed hoisted | executed GFLOP/s (% peak) | loop s | speed-up (target) | "
-             "peak RSS MiB engine / loop |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for w in report["workloads"]:
-        if w["name"] == "W4":
-            continue
+             f"(median {report['peak']['gflops_median']:.1f})", ""]
+    peers = [w for w in report["workloads"] if w["name"] in PEERS]
+    if peers:
+        lines += ["| workload | points | PyTorch loop s (ms/pt) | engine wall s cold / warm "
+                  "(compile s cold / warm) | ratio cold / warm (target) [range over rounds] | "
+                  "engine ms/pt steady | "
+                  "executed GFLOP/s (% peak) |", "|---|---|---|---|---|---|---|"]
+        for w in peers:
+            c, wm, t = w["engine_cold"], w["engine_warm"], w["torch"]
+            tgt = w["target"]["ratio"]
+            if t is None:
+                peer, ratio = "-", "-"
+            else:
+                peer = f"{t['total_s']:.3g} ({t['ms_per_point']:.3g})"
+                ratio = f"{w['ratio_cold']:.2f}x / {w['ratio_warm']:.2f}x"
+                if len(w.get("rounds", ())) > 1:
+                    rc, rw = w["ratio_range"]["cold"], w["ratio_range"]["warm"]
+                    ratio += f" [{rc[0]:.2f}-{rc[1]:.2f} / {rw[0]:.2f}-{rw[1]:.2f}]"
+                if tgt is not None:
+                    ratio += f" (>= {tgt:g}x: {'met' if w['met']['ratio_cold'] else 'NOT met'} / " \
+                             f"{'met' if w['met']['ratio_warm'] else 'NOT met'})"
+            lines.append(f"| {w['name']} {w['title']} | {w['points']} | {peer} | "
+                         f"{c['wall_s']:.3g} / {wm['wall_s']:.3g} ({c['compile_s']:.2f} / "
+                         f"{wm['compile_s']:.2f}) | {ratio} | {w['engine_ms_per_point']:.3g} | "
+                         f"{w['engine_gflops']:.3g} ({100 * w['peak_fraction']:.0f}%) |")
+        cached = max(w["engine_warm"]["compile_s"] for w in peers)
+        lines += ["", f"cached compile (warm cache, slowest workload): {cached:.2f} s (target <= "
+                      f"{CACHED_COMPILE_S:g} s: {'met' if cached <= CACHED_COMPILE_S else 'NOT met'})",
+                  ""]
+    loops = [w for w in report["workloads"] if w["name"] in ("W1", "W2", "W3")]
+    if loops:
+        lines += ["| workload | points x seeds | engine pts/s | engine s (compile s) | GFLOP/pt "
+                  "engine / plain | GFLOP/seed hoisted | executed GFLOP/s (% peak) | JAX loop s | "
+                  "speed-up (target) | peak RSS MiB engine / loop |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+    for w in loops:
         e, lo, fl = w["engine"], w["loop"], w["flops"]
         loop_s = ("~" if lo["extrapolated"] else "") + f"{lo['total_s']:.3g}"
         if lo["extrapolated"]:
@@ -509,8 +643,39 @@ def format_table(report: dict[str, Any]) -> str:
                              f"{_gf(st['flops']['plain_per_point']):.3g} |")
     la = report["load_average"]
     lines.append(f"\nload average (1 min) before / after: {la['before'][0]:.2f} / {la['after'][0]:.2f}"
-                 f" on {report['machine']['cores']} cores")
+                 f" on {report['machine']['cores']} cores (the benchmark's own load included)")
+    fc = report.get("foreign_cpu")
+    if fc:
+        lines.append(f"CPU used by other processes during the run: {fc['cpu_s']:.1f} s "
+                     f"({100 * fc['share']:.1f}% of {report['machine']['cores']} cores x "
+                     f"{report['wall_s']:.0f} s); hypervisor steal {fc['steal_s']:.1f} s")
     return "\n".join(lines)
+
+
+def _cpu_seconds() -> dict[str, float] | None:
+    """CPU seconds the whole machine has been busy (/proc/stat) and those of this process and
+    its finished children (os.times)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    t = os.times()
+    return {"machine": (user + nice + system + irq + softirq) / ticks, "steal": steal / ticks,
+            "ours": t.user + t.system + t.children_user + t.children_system}
+
+
+def _foreign_cpu(a, b, wall: float) -> dict[str, float] | None:
+    """CPU seconds used during the run by processes other than the benchmark, and as a share of
+    the machine's capacity (cores x wall): the honest "was the machine quiet" number, which the
+    load average (raised by the benchmark itself) is not. steal: time the hypervisor gave to
+    other guests."""
+    if a is None or b is None:
+        return None
+    foreign = max(0.0, (b["machine"] - a["machine"]) - (b["ours"] - a["ours"]))
+    cores = os.cpu_count() or 1
+    return {"cpu_s": foreign, "share": foreign / (cores * wall), "steal_s": b["steal"] - a["steal"]}
 
 
 def _command_line() -> str:
@@ -523,15 +688,23 @@ def _command_line() -> str:
 
 def run_bench(only=None, quick: bool = False, isolate: bool = True, out_dir=None,
               loop_points: int | None = None, repeats: int | None = None, peak_n: int | None = None,
-              tag: str | None = None, log=print, stages=()) -> tuple[dict[str, Any], Path | None]:
+              tag: str | None = None, log=print, stages=(),
+              torch_device: str | None = "cpu",
+              rounds: int | None = None) -> tuple[dict[str, Any], Path | None]:
     """Run the benchmark; returns (report, path of the JSON written or None)."""
-    names = list(WORKLOADS) if not only else list(only)
+    known = list(PEERS) + list(WORKLOADS)
+    names = known if not only else list(only)
     for n in names:
-        if n not in WORKLOADS:
+        if n not in known:
             from simlab.spec import ConfigError
-            raise ConfigError(f"bench --only: unknown workload {n!r}; allowed: {', '.join(WORKLOADS)}")
+            raise ConfigError(f"bench --only: unknown workload {n!r}; allowed: {', '.join(known)}")
+    for flag, value in (("--repeats", repeats), ("--rounds", rounds)):
+        if value is not None and value < 1:
+            from simlab.spec import ConfigError
+            raise ConfigError(f"bench {flag}: {value} must be >= 1")
     t0 = time.perf_counter()
     before = os.getloadavg()
+    cpu0 = _cpu_seconds()
     log("bench: matmul peak ...")
     pn = peak_n or (512 if quick else 2048)
     peak = run_worker({"kind": "peak", "n": pn, "repeats": 5 if quick else 10}, isolate)
@@ -540,10 +713,15 @@ def run_bench(only=None, quick: bool = False, isolate: bool = True, out_dir=None
                               "date": datetime.datetime.now().isoformat(timespec="seconds"),
                               "workloads": []}
     for n in names:
-        report["workloads"].append(run_workload(n, quick, peak["gflops"], isolate, loop_points,
-                                                repeats, log, n in stages))
+        if n in PEERS:
+            report["workloads"].append(run_peer(n, quick, peak["gflops"], isolate, log,
+                                                torch_device, rounds or (1 if quick else 3)))
+        else:
+            report["workloads"].append(run_workload(n, quick, peak["gflops"], isolate, loop_points,
+                                                    repeats, log, n in stages))
     report["load_average"] = {"before": before, "after": os.getloadavg()}
     report["wall_s"] = time.perf_counter() - t0
+    report["foreign_cpu"] = _foreign_cpu(cpu0, _cpu_seconds(), report["wall_s"])
     path = None
     if out_dir is not None:
         out = Path(out_dir)
@@ -561,7 +739,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small sizes (seconds; a smoke run, used by the tests)")
     parser.add_argument("--only", default=None,
-                        help=f"comma-separated workloads (default all: {','.join(WORKLOADS)})")
+                        help=f"comma-separated workloads (default all: {','.join(list(PEERS) + list(WORKLOADS))})")
     parser.add_argument("--out-dir", default=None,
                         help="where the JSON goes (default: benchmarks/results of the checkout)")
     parser.add_argument("--no-json", action="store_true", help="print the table only")
@@ -575,6 +753,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stages", default=None,
                         help="comma-separated workloads (of W1-W3) to also time with metric subsets "
                              "left out (engine and loop per point; a few minutes)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="rounds of engine cold / PyTorch / engine warm per P workload; the "
+                             "table shows medians (default 3, 1 with --quick)")
+    parser.add_argument("--torch-device", default="cpu",
+                        help="device of the PyTorch peer loop (P1-P5): cpu or cuda; 'none' skips it")
     parser.add_argument("--in-process", action="store_true",
                         help="run every measurement in this process (peak memory then not separable)")
 
@@ -585,7 +768,9 @@ def cli_main(args) -> int:
     stages = () if not args.stages else [s.strip() for s in args.stages.split(",") if s.strip()]
     report, path = run_bench(only, args.quick, not args.in_process,
                              None if args.no_json else (args.out_dir or default_out_dir()), args.loop_points,
-                             args.repeats, args.peak_n, args.tag, stages=stages)
+                             args.repeats, args.peak_n, args.tag, stages=stages,
+                             torch_device=None if args.torch_device == "none" else args.torch_device,
+                             rounds=args.rounds)
     print()
     print(format_table(report))
     if path is not None:

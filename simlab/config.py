@@ -1,11 +1,12 @@
-"""Sweep configuration: TOML tables -> a validated `SweepConfig` (DESIGN.md, "Flow of one sweep").
+"""Sweep configuration: TOML tables -> a validated `SweepConfig` (docs/design.md, "Flow of one sweep").
 
 A config file has the tables
   [block]    fields of spec.BlockSpec          [inputs]  fields of spec.InputSpec
   [knobs]    fixed knob values (the rest take spec.KNOB_DEFAULTS)
   [[axes]]   name, knobs (default [name]), and either space = "log" | "lin" with start, stop,
              num, or values = [...]
-  [sweep]    seeds, base_seed, micro_batch, chunk_size, memory_budget_mb, metrics
+  [sweep]    seeds, base_seed, micro_batch, chunk_size, memory_budget_mb, metrics,
+             matmul_precision
 Every check names the field (e.g. "axes[1].stop") and raises spec.ConfigError.
 """
 from __future__ import annotations
@@ -27,9 +28,13 @@ from simlab.spec import ConfigError
 TABLES = ("block", "inputs", "knobs", "axes", "sweep")
 AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
 SWEEP_DEFAULTS: dict[str, Any] = {
-    "seeds": 1, "base_seed": 0, "micro_batch": 8, "chunk_size": None,
-    "memory_budget_mb": 1024.0, "metrics": None,
+    "seeds": 1, "base_seed": 0, "micro_batch": None, "chunk_size": None,
+    "memory_budget_mb": 1024.0, "metrics": None, "matmul_precision": "highest",
 }
+# jax.default_matmul_precision values: "highest" = full float32 matmuls on every backend (GPUs
+# otherwise use TF32 and TPUs bfloat16 passes for float32); "high" (bf16_3x / TF32),
+# "default" (the backend's fastest).
+MATMUL_PRECISIONS = ("highest", "high", "default")
 # Fields that change only memory or speed, never the numbers: left out of the fingerprint.
 NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
 
@@ -65,13 +70,15 @@ class Axis:
 
 @dataclasses.dataclass(frozen=True)
 class SweepSettings:
-    """The [sweep] table."""
+    """The [sweep] table. micro_batch None: derived from the block's size by the lab
+    (simlab.lab.Lab.default_micro_batch) and recorded in the resolved config."""
     seeds: int = 1
     base_seed: int = 0
-    micro_batch: int = 8
+    micro_batch: int | None = None
     chunk_size: int | None = None
     memory_budget_mb: float = 1024.0
     metrics: tuple[str, ...] | None = None
+    matmul_precision: str = "highest"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,10 +243,13 @@ def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
     return SweepSettings(
         seeds=spec._int("sweep.seeds", v["seeds"], 1),
         base_seed=spec._int("sweep.base_seed", v["base_seed"], 0, 2**32 - 1),
-        micro_batch=spec._int("sweep.micro_batch", v["micro_batch"], 1, 1 << 16),
+        micro_batch=None if v["micro_batch"] is None else
+        spec._int("sweep.micro_batch", v["micro_batch"], 1, 1 << 16),
         chunk_size=None if v["chunk_size"] is None else spec._int("sweep.chunk_size", v["chunk_size"], 1),
         memory_budget_mb=spec._pos("sweep.memory_budget_mb", v["memory_budget_mb"]),
         metrics=metrics,
+        matmul_precision=spec._choice("sweep.matmul_precision", v["matmul_precision"],
+                                      MATMUL_PRECISIONS),
     )
 
 

@@ -4,7 +4,7 @@ Every distribution is returned as *components*: x = sum_c coef_c(knobs) * X_c, w
 arrays that broadcast to (B, T, D) and coefficients that depend only on traced knobs. This
 is what lets the sweep hoist the projections by linearity ((sum_c a_c X_c) W = sum_c a_c
 (X_c W)) and vary `input_corr` and `drift_norm` without redrawing anything (common random
-numbers, DESIGN.md).
+numbers, docs/design.md).
 
   embedding:   X = E[ids], E ~ N(0, embed_std^2) of shape (V, D); ids uniform over V or
                Zipf: P(id = k) proportional to (k + 1)^-s, k = 0..V-1.
@@ -28,46 +28,70 @@ from simlab.init import draws
 from simlab.spec import InputSpec
 
 
-def zipf_ids(key, shape, vocab: int, s: float) -> jax.Array:
-    """Token ids with P(k) proportional to (k + 1)^-s, by inverse CDF (no V-wide sample)."""
+def zipf_ids(key, shape, vocab: int, s: float, u=None) -> jax.Array:
+    """Token ids with P(k) proportional to (k + 1)^-s, by inverse CDF (no V-wide sample) of
+    uniforms `u` (drawn from `key` if not given)."""
     logp = -s * jnp.log(jnp.arange(1, vocab + 1, dtype=jnp.float32))
     cdf = jnp.cumsum(jax.nn.softmax(logp))
-    u = jax.random.uniform(key, shape) * cdf[-1]
-    return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), vocab - 1)
+    if u is None:
+        u = draws(key, {"u": (tuple(shape), "uniform")}, jnp.float32)["u"]
+    return jnp.minimum(jnp.searchsorted(cdf, u.astype(jnp.float32) * cdf[-1], side="right"),
+                       vocab - 1)
 
 
-def token_ids(spec: InputSpec, key) -> jax.Array:
-    shape = (spec.batch, spec.length)
+def noise_shapes(spec: InputSpec, d_model: int) -> dict[str, tuple]:
+    """The random numbers one draw of the inputs needs: name -> (shape, kind) for
+    simlab.init.draws (student_t draws its own, from a key)."""
+    B, T, D = spec.batch, spec.length, d_model
+    out = {"u_b": ((1, 1, D), "normal")}
+    if spec.kind == "embedding":
+        out["table"] = ((spec.vocab, D), "normal")
+        out["ids"] = ((B, T), "uniform") if spec.token_dist == "zipf" else ((B, T), spec.vocab)
+    elif spec.kind == "gaussian":
+        out["z"] = ((B, T + 1, D), "normal")
+    elif spec.kind == "anisotropic":
+        out["z"] = ((D + B * T, D), "normal")
+    return out
+
+
+def token_ids(spec: InputSpec, key=None, noise=None) -> jax.Array:
+    """Token ids (B, T): uniform over the vocabulary or Zipf (from `noise["ids"]` if given)."""
+    if noise is None:
+        noise = draws(key, {k: v for k, v in noise_shapes(spec, 1).items() if k == "ids"})
     if spec.token_dist == "zipf":
-        return zipf_ids(key, shape, spec.vocab, spec.zipf_s)
-    return jax.random.randint(key, shape, 0, spec.vocab)
+        return zipf_ids(None, (spec.batch, spec.length), spec.vocab, spec.zipf_s, noise["ids"])
+    return noise["ids"]
 
 
-def components(spec: InputSpec, d_model: int, key, dtype=None) -> dict[str, jax.Array]:
+def components(spec: InputSpec, d_model: int, key=None, dtype=None, noise=None,
+               t_key=None) -> dict[str, jax.Array]:
     """Per-seed arrays, each 3-D and broadcastable to (B, T, D): the drift direction "u_b"
     (1, 1, D) and the base components of x ("x", or "z0" (B, 1, D) and "z" for gaussian).
-    dtype None: jax's default float dtype (float64 under JAX_ENABLE_X64)."""
+    Randomness: `noise` (from noise_shapes, drawn by the caller with simlab.init.draws) and,
+    for student_t, `t_key`; if not given, both come from `key`. dtype None: jax's default
+    float dtype. Every random number is drawn in float32 and then cast, so float64 runs see
+    the same sample."""
     dtype = jnp.result_type(float) if dtype is None else dtype
-    kx, kid = jax.random.split(key)
+    if noise is None:
+        kn, t_key = jax.random.split(key)
+        noise = draws(kn, noise_shapes(spec, d_model), dtype)
     B, T, D = spec.batch, spec.length, d_model
-    shapes = {"u_b": (1, 1, D), "embedding": (spec.vocab, D), "gaussian": (B, T + 1, D),
-              "anisotropic": (D + B * T, D), "student_t": (0,)}
-    z = draws(kx, {"u_b": shapes["u_b"], "x": shapes[spec.kind]}, dtype)
+    z = {k: v.astype(dtype) if k != "ids" else v for k, v in noise.items()}
     out = {"u_b": z["u_b"] / jnp.linalg.norm(z["u_b"])}
     if spec.kind == "embedding":
-        out["x"] = (spec.embed_std * z["x"])[token_ids(spec, kid)]
+        out["x"] = (spec.embed_std * z["table"])[token_ids(spec, noise=noise)]
     elif spec.kind == "gaussian":
-        out["z0"] = spec.sigma * z["x"][:, :1]
-        out["z"] = spec.sigma * z["x"][:, 1:]
+        out["z0"] = spec.sigma * z["z"][:, :1]
+        out["z"] = spec.sigma * z["z"][:, 1:]
     elif spec.kind == "anisotropic":
         lam = jnp.arange(1, D + 1, dtype=dtype) ** (-spec.alpha)
         lam = lam * (spec.sigma ** 2 * D / jnp.sum(lam))
-        rot, _ = jnp.linalg.qr(z["x"][:D])
-        g = z["x"][D:].reshape(B, T, D) * jnp.sqrt(lam)
+        rot, _ = jnp.linalg.qr(z["z"][:D])
+        g = z["z"][D:].reshape(B, T, D) * jnp.sqrt(lam)
         out["x"] = jnp.einsum("btk,dk->btd", g, rot)
     else:  # student_t
         scale = spec.sigma * math.sqrt((spec.nu - 2.0) / spec.nu)
-        out["x"] = scale * jax.random.t(kid, spec.nu, (B, T, D), dtype)
+        out["x"] = scale * jax.random.t(t_key, spec.nu, (B, T, D), jnp.float32).astype(dtype)
     return out
 
 

@@ -4,13 +4,15 @@
                                    shift directions, and (hoisted) layer-0 projections
   out = lab.point(state, knobs)    per grid point: metric name -> () or (depth,) array
 
-Common random numbers (DESIGN.md): everything random comes from `key`, so every grid point
+Common random numbers (docs/design.md): everything random comes from `key`, so every grid point
 of a seed sees the same weights, tokens and directions. Hoisting: the inputs are
 x = sum_c coef_c(knobs) X_c (see simlab.inputs), so when no norm sits between x and the
 projections (kinds "attention" and "post_ln"), layer 0's q, k, v are
 sum_c coef_c (X_c W) + b, with X_c W computed once per seed (`hoist`). Without QK-norm the
 layer-0 logits further factor into per-seed matrices (`factor`, simlab.factored).
-Lab(hoist=False) is the plain path: the same math with nothing hoisted (the oracle).
+The attention runs in tiles (simlab.tiled; `Lab.tiling`, from the sizes alone) on every
+engine path. Lab(hoist=False, factor=False, tiled=False) is the plain path: the same math with
+nothing hoisted and the full attention weights (the oracle).
 """
 from __future__ import annotations
 
@@ -23,16 +25,29 @@ from simlab import attention as A
 from simlab import block as B
 from simlab import factored as F
 from simlab import inputs as I
+from simlab import tiled as tiles
 from simlab.init import draws, init_params
+from simlab.init import param_shapes as init_params_shapes
 from simlab.metrics import METRIC_NAMES, layer_metrics
 from simlab.spec import KNOB_DEFAULTS, BlockSpec, ConfigError, InputSpec
 
 
+# Working set of a micro-batch (simlab.lab.Lab.default_micro_batch); on 2 CPU cores vmapping
+# points of the d-256 workloads (8 MiB of logits each) ran ~2x slower per point than one point
+# per call, while tiny blocks need many points per call (docs/performance.md).
+MICRO_BATCH_BYTES = 16 << 20
+
+
 class Lab:
-    """A block spec and an input spec; `metrics` selects what `point` returns (None = all)."""
+    """A block spec and an input spec; `metrics` selects what `point` returns (None = all).
+    hoist: layer-0 projections per seed (when no norm precedes them); factor: layer-0 logits
+    from per-seed score matrices (needs hoist, no QK-norm); tiled: tiled attention (the fast
+    paths need it); all False: the plain oracle. tile_elements: logits per tile (default
+    simlab.tiled.TILE_ELEMENTS; tests use small tiles so that every tile loop runs)."""
 
     def __init__(self, block: BlockSpec, inputs: InputSpec, metrics: Iterable[str] | None = None,
-                 hoist: bool = True, factor: bool = True):
+                 hoist: bool = True, factor: bool = True, tiled: bool = True,
+                 tile_elements: int | None = None):
         self.block = block.validate()
         self.inputs = inputs.validate()
         names = tuple(METRIC_NAMES if metrics is None else metrics)
@@ -44,7 +59,29 @@ class Lab:
             raise ConfigError("sweep.metrics: must name at least one metric")
         self.metric_names = names
         self.hoist = hoist and block.kind != "pre_ln"
-        self.factor = factor and self.hoist and block.qk_norm == "none"
+        self.tiled = tiled
+        self.factor = factor and self.hoist and tiled and block.qk_norm == "none"
+        self.tiling = tiles.choose_tiling(inputs.batch, inputs.length, block.n_heads,
+                                          inputs.length, tile_elements) if tiled else None
+
+    def point_bytes(self) -> int:
+        """Working set of one grid point, estimated from the sizes alone (float32 bytes): the
+        logits of one tile three times over (scores, exponentials, their products) and a dozen
+        (B, T, D) activations plus the MLP's two (B, T, F)."""
+        b, t, d = self.inputs.batch, self.inputs.length, self.block.d_model
+        tile = self.tiling if self.tiling is not None else \
+            tiles.Tiling(b, t, b, t)                    # the plain path holds all weights
+        logits = tile.seqs * tile.rows * self.block.n_heads * t
+        hidden = 2 * self.block.mlp_ratio * d if self.block.mlp else 0
+        return 4 * (3 * logits + b * t * (12 * d + hidden))
+
+    def default_micro_batch(self) -> int:
+        """Points vmapped together when sweep.micro_batch is not given: the largest power of two
+        <= 64 whose working set stays within MICRO_BATCH_BYTES (1 at the paper's size). Sizes
+        only, never the machine, so the numbers stay reproducible (the micro-batch is part of
+        the arithmetic)."""
+        n = max(1, min(64, MICRO_BATCH_BYTES // self.point_bytes()))
+        return 1 << (n.bit_length() - 1)
 
     def inert_knobs(self) -> set[str]:
         """Knobs that have no effect for this spec (sweeping them is a user error)."""
@@ -76,11 +113,18 @@ class Lab:
     def seed_state(self, key) -> dict:
         """Everything per seed: params (stacked), input components, directions, projections."""
         spec = self.block
-        kw, kx, kd = jax.random.split(key, 3)
-        shape = (spec.depth, spec.n_heads, spec.d_head)
-        dirs = draws(kd, {"u_q": shape, "u_k": shape}, jnp.result_type(float))
-        state = {"params": init_params(spec, kw),
-                 "comps": I.components(self.inputs, spec.d_model, kx),
+        shape = ((spec.depth, spec.n_heads, spec.d_head), "normal")
+        kind = "uniform" if spec.init == "glorot" else "normal"
+        # one threefry call for every random number of the seed (simlab.init.draws)
+        wanted = {**{f"p.{n}": (s, kind) for n, s in init_params_shapes(spec).items()},
+                  "d.u_q": shape, "d.u_k": shape,
+                  **{f"x.{n}": s for n, s in I.noise_shapes(self.inputs, spec.d_model).items()}}
+        z = draws(jax.random.fold_in(key, 0), wanted)
+        part = lambda tag: {n[2:]: v for n, v in z.items() if n[:2] == tag}  # noqa: E731
+        dirs = part("d.")
+        state = {"params": init_params(spec, noise=part("p.")),
+                 "comps": I.components(self.inputs, spec.d_model, noise=part("x."),
+                                       t_key=jax.random.fold_in(key, 1)),
                  **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()}}
         if self.hoist:
             p0 = jax.tree.map(lambda a: a[0], state["params"])
@@ -88,9 +132,9 @@ class Lab:
             proj = {c: tuple(A.project(p0[w], zero, x) for w in ("wq", "wk", "wv"))
                     for c, x in state["comps"].items()}
             if self.factor:
-                state["factored"] = F.hoist(p0, state["comps"], proj, state["u_q"][0])
-                proj = {c: (None, None, v) for c, (_, _, v) in proj.items()}
-            state["proj"] = proj
+                state["factored"] = F.hoist(p0, state["comps"], proj, state["u_q"][0], self.tiling)
+            else:
+                state["proj"] = proj
         return state
 
     def inputs_of(self, state, knobs):
@@ -103,23 +147,22 @@ class Lab:
     def point(self, state, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """Metrics at one grid point. knobs: every name of spec.KNOB_NAMES -> scalar."""
         x, coefs = self.inputs_of(state, knobs)
-        qkv0 = attn_fn0 = None
+        qkv0 = attention_fn0 = None
         p0 = jax.tree.map(lambda a: a[0], state["params"])
-        if self.hoist:
-            qkv0 = tuple(None if state["proj"]["u_b"][i] is None else jnp.broadcast_to(
-                sum(coefs[c] * state["proj"][c][i] for c in coefs) + p0[b], x.shape[:2] +
-                p0[b].shape) for i, b in enumerate(("bq", "bk", "bv")))
         if self.factor:
-            attn_fn0 = lambda q, k: F.weights(  # noqa: E731
-                state["factored"], coefs, knobs, self.block.d_head, self.block.causal,
-                p0["bq"], p0["bk"], state["u_q"][0], state["u_k"][0])
+            attention_fn0 = lambda: F.attention(  # noqa: E731
+                state["factored"], coefs, knobs, p0, state["u_q"][0], state["u_k"][0],
+                self.block.d_head, self.block.causal, self.tiling)
+        elif self.hoist:
+            qkv0 = tuple(jnp.broadcast_to(sum(coefs[c] * state["proj"][c][i] for c in coefs)
+                                          + p0[b], x.shape[:2] + p0[b].shape)
+                         for i, b in enumerate(("bq", "bk", "bv")))
         _, obs = B.stack_apply(self.block, state["params"], x, knobs, state["u_q"], state["u_k"],
-                               self._observe, qkv0, attn_fn0)
+                               self._observe, self.tiling, qkv0, attention_fn0)
         return obs if self.block.depth > 1 else jax.tree.map(lambda a: a[0], obs)
 
     def _observe(self, layer: B.Layer):
-        return layer_metrics(self.metric_names, self.block.causal, layer.x, layer.attn, layer.y,
-                             layer.w, layer.q, layer.k)
+        return layer_metrics(self.metric_names, self.block.causal, layer)
 
 
 def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:

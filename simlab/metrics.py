@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simlab import attention
+
 
 def unit_vectors(x):
     """x / |x| along the last axis; zero rows stay zero. Rescaled by max|x| first so that
@@ -37,9 +39,20 @@ def mean_pairwise_cos(x_ND):
 
 
 def anisotropy(x_BTD):
-    """(global cosine over all B*T tokens, mean over sequences of the within-sequence cosine)."""
-    b, t, d = x_BTD.shape
-    return mean_pairwise_cos(x_BTD.reshape(b * t, d)), jnp.mean(mean_pairwise_cos(x_BTD))
+    """(global cosine over all B*T tokens, mean over sequences of the within-sequence cosine),
+    from one pass of unit vectors: per sequence s_b = sum_t u_bt and q_b = sum_t |u_bt|^2;
+    global (|sum_b s_b|^2 - sum_b q_b) / (n (n - 1)), n = B T; within (|s_b|^2 - q_b) /
+    (T (T - 1)). Counts in float (no int32 overflow of n (n - 1) for large n)."""
+    b, t, _ = x_BTD.shape
+    u = unit_vectors(x_BTD)
+    # the barrier keeps XLA from fusing the per-sequence sums (and so the unit vectors) into
+    # each of their consumers: without it this took 3.5x longer at paper size on XLA:CPU.
+    s_BD, q_B = jax.lax.optimization_barrier((jnp.sum(u, axis=1), jnp.sum(u * u, axis=(1, 2))))
+    s_D = jnp.sum(s_BD, axis=0)
+    n = float(b * t)
+    glob = (jnp.sum(s_D * s_D) - jnp.sum(q_B)) / (n * (n - 1.0))
+    within = (jnp.sum(s_BD * s_BD, axis=-1) - q_B) / (float(t) * (t - 1.0))
+    return glob, jnp.mean(within)
 
 
 def _row_weights(t: int, s: int, causal: bool):
@@ -48,19 +61,20 @@ def _row_weights(t: int, s: int, causal: bool):
     return n_keys, n_keys > 1
 
 
-def attn_entropy(w_BHTS, causal: bool):
-    """Mean over rows of H(w_i) / log(n_i): 1 = uniform, 0 = one-hot. Rows with a single
-    attended key (the first causal row) are excluded. 0 log 0 = 0."""
-    _, _, t, s = w_BHTS.shape
-    n_keys, valid = _row_weights(t, s, causal)
-    # w = 0 gives 0 * log(tiny) = 0: the same as the where(w > 0, w, 1) form for every normal w,
-    # and 2.7x faster on XLA:CPU at paper size (the select feeding the row reduction split the
-    # fusion and slowed the reduction, 10x when the cores are shared).
-    logw = jnp.log(jnp.maximum(w_BHTS, jnp.finfo(w_BHTS.dtype).tiny))
-    h_BHT = -jnp.einsum("bhts,bhts->bht", w_BHTS, logw)
+def entropy_of_rows(h_BHT, keys: int, causal: bool):
+    """Mean over rows of H_i / log(n_i) from per-row entropies H_i in nats (B, H, T), n_i the
+    number of attended keys: 1 = uniform, 0 = one-hot. Rows with a single attended key (the
+    first causal row) are excluded."""
+    b, h, t = h_BHT.shape
+    n_keys, valid = _row_weights(t, keys, causal)
     norm = jnp.log(jnp.where(valid, n_keys, 2).astype(h_BHT.dtype))
     h_BHT = jnp.where(valid, h_BHT / norm, 0.0)
-    return jnp.sum(h_BHT) / (jnp.sum(valid) * w_BHTS.shape[0] * w_BHTS.shape[1])
+    return jnp.sum(h_BHT) / (jnp.sum(valid) * b * h)
+
+
+def attn_entropy(w_BHTS, causal: bool):
+    """Mean over rows of H(w_i) / log(n_i) of full weights (B, H, T, S); 0 log 0 = 0."""
+    return entropy_of_rows(attention.row_entropy(w_BHTS), w_BHTS.shape[-1], causal)
 
 
 def attn_max(w_BHTS):
@@ -177,8 +191,11 @@ def stable_rank(y_BTD):
 def qk_drift(q_BTHK, k_BSHK):
     """Per head: the mean query and mean key over all tokens of the batch; returns the
     head averages of |mean q|, |mean k| and cos(mean q, mean k) (0 if either is zero)."""
-    mq_HK = jnp.mean(q_BTHK, axis=(0, 1))
-    mk_HK = jnp.mean(k_BSHK, axis=(0, 1))
+    return qk_mean_stats(jnp.mean(q_BTHK, axis=(0, 1)), jnp.mean(k_BSHK, axis=(0, 1)))
+
+
+def qk_mean_stats(mq_HK, mk_HK):
+    """Head averages of |mean q|, |mean k| and cos(mean q, mean k) from the means (H, K)."""
     nq, nk = jnp.linalg.norm(mq_HK, axis=-1), jnp.linalg.norm(mk_HK, axis=-1)
     dot = jnp.sum(unit_vectors(mq_HK) * unit_vectors(mk_HK), axis=-1)
     return jnp.mean(nq), jnp.mean(nk), jnp.mean(dot)
@@ -189,19 +206,21 @@ METRIC_NAMES = ("input_cos", "input_cos_within", "attn_cos", "attn_cos_within", 
                 "k_mean_norm", "qk_mean_cos")
 
 
-def layer_metrics(names, causal: bool, x, attn, y, w, q, k) -> dict[str, jax.Array]:
-    """The requested metrics of one layer from its input x, attention sub-layer output attn,
-    output y (all (B, T, D)), weights w (B, H, T, S), shaped queries q and keys k."""
+def layer_metrics(names, causal: bool, layer) -> dict[str, jax.Array]:
+    """The requested metrics of one layer (simlab.block.Layer): input x, attention sub-layer
+    output attn, output y (all (B, T, D)), per-row entropies and maxima (B, H, T), the mean
+    shaped query and key (H, K). No metric needs the full attention weights."""
     out = {}
-    for tag, arr in (("input", x), ("attn", attn), ("out", y)):
+    for tag, arr in (("input", layer.x), ("attn", layer.attn), ("out", layer.y)):
         if f"{tag}_cos" in names or f"{tag}_cos_within" in names:
             out[f"{tag}_cos"], out[f"{tag}_cos_within"] = anisotropy(arr)
     if "attn_entropy" in names:
-        out["attn_entropy"] = attn_entropy(w, causal)
+        out["attn_entropy"] = entropy_of_rows(layer.row_entropy, layer.x.shape[1], causal)
     if "attn_max" in names:
-        out["attn_max"] = attn_max(w)
+        out["attn_max"] = jnp.mean(layer.row_max)
     if "stable_rank" in names:
-        out["stable_rank"] = stable_rank(y)
+        out["stable_rank"] = stable_rank(layer.y)
     if {"q_mean_norm", "k_mean_norm", "qk_mean_cos"} & set(names):
-        out["q_mean_norm"], out["k_mean_norm"], out["qk_mean_cos"] = qk_drift(q, k)
+        out["q_mean_norm"], out["k_mean_norm"], out["qk_mean_cos"] = \
+            qk_mean_stats(layer.q_mean, layer.k_mean)
     return {n: out[n] for n in names}

@@ -6,7 +6,7 @@ is saved beside the figures (OUT/data/<config>/results.npz + meta.json), so `sim
 redraws any panel without recomputing, and a re-run only draws (finished sweeps reload).
 
 Experiments (Godey, de la Clergerie & Sagot 2024, "Anisotropy Is Inherent to Self-Attention
-in Transformers", section on untrained blocks, and the mechanism of DESIGN.md):
+in Transformers", section on untrained blocks, and the mechanism of docs/design.md):
   paper      drift N x joint q/k scale lambda, BERT block: phase diagrams + a 1-D cut at lambda=1
   mechanism  q_shift x lambda (attention-only and BERT); k_shift's exact null effect; drift
   temp_corr  inverse temperature x input correlation, with the freezing boundary of theory
@@ -246,9 +246,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR",
                         help="figure directory (default figures/, or figures/quick with --quick)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+    from simlab.sweep import add_cache_argument
+    add_cache_argument(parser)
 
 
 def cli_main(args) -> int:
+    from simlab.sweep import apply_cache_argument
+    apply_cache_argument(args)
     done = reproduce(args.only, args.out, args.quick, args.quiet)
     total = sum(s for _, s in done.values())
     print(f"reproduce: {sum(len(f) for f, _ in done.values())} figures in {total:.1f} s")

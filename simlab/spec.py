@@ -1,7 +1,7 @@
 """Static structure (specs) and traced knobs, with validation.
 
 A spec is hashable and decides what is compiled; knobs are floats that a sweep varies
-without recompiling (DESIGN.md, "Vocabulary").  Every check names the field and the allowed
+without recompiling (docs/design.md, "Vocabulary").  Every check names the field and the allowed
 range and raises `ConfigError`, which the CLI turns into exit code 2 before any compute.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The sweep engine: a grid of named axes x seeds -> metric arrays (DESIGN.md, "Flow of one sweep").
+"""The sweep engine: a grid of named axes x seeds -> metric arrays (docs/design.md, "Flow of one
+sweep").
 
 Arithmetic (what makes results bit-identical across chunk sizes and devices):
   * Common random numbers: per seed s, key_s = fold_in(PRNGKey(base_seed), s) and
@@ -11,12 +12,17 @@ Arithmetic (what makes results bit-identical across chunk sizes and devices):
     The last chunk is padded to the same size (no recompile); padded points are dropped.
 Chunk size therefore sets memory and resume granularity only, never the numbers.
 
+Micro-batch: `sweep.micro_batch`, or when not given the lab's `default_micro_batch()` (from the
+block's sizes alone; 1 at the paper's size), recorded in the resolved config.
+
 Chunk size rule: `chunk_size` points (user) rounded up to whole micro-batches and to a multiple
-of the device count; otherwise floor(memory_budget_mb / bytes_per_micro_batch) micro-batches
-per device (the budget is per device), where bytes_per_micro_batch = temp + output bytes of
-one compiled micro-batch (XLA's memory_analysis; a jaxpr-based upper bound where that is
-unavailable).  This counts every micro-batch of a chunk as live at once, an over-estimate
-(lax.map runs them one after another).  A chunk never exceeds one seed's (device-rounded) grid.
+of the device count; otherwise CHUNK_MICRO_BATCHES micro-batches per device, or one when a
+micro-batch's working set (bytes_per_micro_batch: micro_batch x lab.point_bytes(), estimated
+from the sizes; a jaxpr-based upper bound for labs without it) exceeds memory_budget_mb. lax.map
+runs the micro-batches of a chunk one after another in the same buffers, so a chunk's memory
+is one micro-batch's whatever its length; the length sets the resume and progress grain and
+amortises each call's fresh allocations. A chunk never exceeds one seed's (device-rounded)
+grid. Nothing is compiled to choose the layout.
 
 On disk (OUT/):
   sweep.json           fingerprint + canonical config, written when the sweep starts
@@ -51,6 +57,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm
 
+from simlab import compile_cache
 from simlab import results as results_lib
 from simlab.config import (SweepConfig, config_diff, default_config_path, fingerprint,
                            load_config, read_toml)
@@ -58,6 +65,8 @@ from simlab.spec import ConfigError
 
 log = logging.getLogger(__name__)
 CHUNK_RE = re.compile(r"seed(\d+)_mb(\d+)-(\d+)\.npz")
+# Micro-batches per device in one compiled call (chunk) unless sweep.chunk_size says otherwise.
+CHUNK_MICRO_BATCHES = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,28 +174,34 @@ def jitted(lab, names: tuple[str, ...], mesh) -> tuple[Callable, Callable]:
     return jax.jit(lab.seed_state), chunk_fn(lab, names, mesh)
 
 
-def bytes_per_micro_batch(lab, names, fixed: Mapping[str, float], swept_names, micro_batch: int,
-                          n_micro_batches: int | None = None, budget: int | None = None) -> int:
-    """Temp + output bytes of one compiled micro-batch (jaxpr upper bound if XLA gives none).
+def compile_sweep(lab, names, mesh, fixed, layout: Layout, grid, precision: str, replicated,
+                  sharded) -> tuple[Callable, Callable]:
+    """Both programs of a sweep compiled ahead of the first chunk, under the matmul precision
+    (jax.default_matmul_precision; "highest": full float32 on every backend): the per-seed
+    state and the chunk function (from abstract shapes; no data is computed)."""
+    seed_state, fn = jitted(lab, names, mesh)
+    key = jax.random.PRNGKey(0)
+    with jax.default_matmul_precision(precision):
+        lowered = seed_state.lower(key)
+        c_state = lowered.compile()
+        state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated),
+                             lowered.out_info)
+        swept = {k: jax.ShapeDtypeStruct((layout.chunk_mb, layout.micro_batch), v.dtype,
+                                         sharding=sharded) for k, v in grid.items()}
+        c_chunk = fn.lower(state, fixed, swept).compile()
+    return c_state, c_chunk
 
-    When `budget` and `n_micro_batches` are given and even 8x the jaxpr estimate of the whole
-    grid fits the budget, that estimate is returned without compiling (small sweeps then pay
-    one compile less; the chunk is the whole grid either way)."""
+
+def bytes_per_micro_batch(lab, names, fixed: Mapping[str, float], swept_names,
+                          micro_batch: int) -> int:
+    """Working set of one micro-batch: micro_batch x lab.point_bytes() when the lab estimates
+    it from its sizes, else an upper bound from the jaxpr (tracing only, no compile)."""
+    if hasattr(lab, "point_bytes"):
+        return max(1, micro_batch * int(lab.point_bytes()))
     state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
     args = (state, {k: jax.ShapeDtypeStruct((), knob_dtype()) for k in fixed},
             {k: jax.ShapeDtypeStruct((micro_batch,), knob_dtype()) for k in swept_names})
-    f = micro_batch_fn(lab, names)
-    if budget is not None and n_micro_batches is not None:
-        rough = jaxpr_bytes(f, *args)
-        if 8 * rough * n_micro_batches <= budget:
-            return rough
-    try:
-        m = jax.jit(f).lower(*args).compile().memory_analysis()
-    except NotImplementedError:
-        m = None
-    if m is None:
-        return jaxpr_bytes(f, *args)
-    return max(1, m.temp_size_in_bytes + m.output_size_in_bytes)
+    return jaxpr_bytes(micro_batch_fn(lab, names), *args)
 
 
 def jaxpr_bytes(f: Callable, *args) -> int:
@@ -242,16 +257,16 @@ class ChunkStore:
 
 
 def choose_layout(cfg: SweepConfig, lab, names, n_devices: int) -> tuple[Layout, dict[str, Any]]:
-    """The chunk layout (from sweep.chunk_size, else the memory budget) and its meta.json entry."""
+    """The chunk layout (from sweep.chunk_size, else the memory budget) and its meta.json entry.
+    cfg.sweep.micro_batch must be resolved (resolve_micro_batch)."""
     st = cfg.sweep
     if st.chunk_size is not None:
         per_dev, bpm, rule = -(-st.chunk_size // (st.micro_batch * n_devices)), None, "chunk_size"
     else:
         swept = [k for a in cfg.axes for k in a.knobs]
-        budget = int(st.memory_budget_mb * 2**20)
-        bpm = bytes_per_micro_batch(lab, names, cfg.knobs, swept, st.micro_batch,
-                                    -(-cfg.n_points // st.micro_batch), budget)
-        per_dev, rule = int(st.memory_budget_mb * 2**20 // bpm), "memory_budget"
+        bpm = bytes_per_micro_batch(lab, names, cfg.knobs, swept, st.micro_batch)
+        per_dev = CHUNK_MICRO_BATCHES if bpm <= st.memory_budget_mb * 2**20 else 1
+        rule = "memory_budget"
     layout = make_layout(cfg.n_points, st.micro_batch, n_devices, per_dev)
     return layout, {"micro_batch": st.micro_batch, "chunk_points": layout.chunk_mb * st.micro_batch,
                     "chunks_per_seed": layout.chunks_per_seed, "rule": rule,
@@ -267,6 +282,15 @@ def merge(store: "ChunkStore", cfg: SweepConfig, layout: Layout, names) -> dict[
         x = x.reshape((cfg.sweep.seeds,) + cfg.shape + x.shape[2:])
         metrics[k] = np.moveaxis(x, 0, len(cfg.shape))              # (*axes, seeds, ...)
     return metrics
+
+
+def resolve_micro_batch(cfg: SweepConfig, lab) -> SweepConfig:
+    """cfg with sweep.micro_batch set: as given, else lab.default_micro_batch() (from the sizes),
+    else 8 for a lab without one."""
+    if cfg.sweep.micro_batch is not None:
+        return cfg
+    mb = int(lab.default_micro_batch()) if hasattr(lab, "default_micro_batch") else 8
+    return dataclasses.replace(cfg, sweep=dataclasses.replace(cfg.sweep, micro_batch=mb))
 
 
 def build_lab(cfg: SweepConfig, lab=None):
@@ -326,6 +350,7 @@ def run_sweep(config=None, *, block=None, inputs=None, knobs=None, axes=None, sw
         tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
     cfg = load_config(tables)
     lab, names = build_lab(cfg, lab)
+    cfg = resolve_micro_batch(cfg, lab)
     resolved = cfg.to_dict()
     resolved["sweep"]["metrics"] = list(names)
     fp = fingerprint(resolved)
@@ -359,30 +384,35 @@ def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> res
     log.info("sweep: %d chunks to compute, %d reused", len(todo), n_reused)
 
     fixed = jax.device_put({k: knob_dtype().type(v) for k, v in cfg.knobs.items()}, replicated)
-    seed_state, fn = jitted(lab, names, mesh)
-    compiled, state, state_seed = None, None, None
-    t_compute, compile_s = time.perf_counter(), 0.0
+    compiled_state = compiled = None
+    compile_s = 0.0
+    if todo:
+        tc = time.perf_counter()
+        cache = compile_cache.enable()
+        compiled_state, compiled = compile_sweep(lab, names, mesh, fixed, layout, grid,
+                                                 st.matmul_precision, replicated, sharded)
+        compile_s = time.perf_counter() - tc
+        log.info("sweep: compiled in %.2f s (compilation cache: %s)", compile_s, cache or "off")
+    state, state_seed = None, None
+    t_compute = time.perf_counter()
     with tqdm(total=total, initial=total - todo_points, unit="pt", disable=quiet,
               desc="sweep", dynamic_ncols=True) as bar:
         for s, a, b in todo:
             if state_seed != s:
                 key = jax.random.fold_in(jax.random.PRNGKey(st.base_seed), s)
-                state, state_seed = jax.device_put(seed_state(key), replicated), s
+                state, state_seed = jax.device_put(compiled_state(key), replicated), s
             idx = layout.point_index(a)
             swept = jax.device_put({k: v[idx].reshape(layout.chunk_mb, st.micro_batch)
                                     for k, v in grid.items()}, sharded)
-            if compiled is None:
-                tc = time.perf_counter()
-                compiled = fn.lower(state, fixed, swept).compile()
-                compile_s = time.perf_counter() - tc
             res = compiled(state, fixed, swept)
             keep = (b - a) * st.micro_batch
             store.put(s, a, b, {k: np.asarray(x).reshape((-1,) + x.shape[2:])[:keep]
                                 for k, x in res.items()})
             bar.update(layout.real_points(a, b))
+            release_host_memory()
             if on_chunk is not None:
                 on_chunk(ChunkInfo(s, a, b, layout.real_points(a, b)))
-    compute_s = time.perf_counter() - t_compute - compile_s
+    compute_s = time.perf_counter() - t_compute
 
     metrics = merge(store, cfg, layout, names)
     axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
@@ -402,6 +432,7 @@ def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> res
         "chunks_computed": len(todo),
         "chunks_reused": n_reused,
         "compile_time_s": compile_s,
+        "matmul_precision": st.matmul_precision,
         "compute_time_s": compute_s,
         "points_per_second": todo_points / compute_s if todo and compute_s > 0 else None,
         "wall_time_s": time.perf_counter() - t0,
@@ -409,6 +440,25 @@ def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> res
     if out_dir is None:
         return results_lib.Results(axes, metrics, meta)
     return results_lib.save(out_dir, axes, metrics, meta)
+
+
+def release_host_memory() -> None:
+    """Hand the heap memory freed by a chunk back to the OS (glibc malloc_trim; a no-op
+    elsewhere). Each chunk call allocates and frees its buffers anew, and glibc otherwise keeps
+    the freed pages: a 1e5-point sweep's resident memory crept up by ~2 MB per chunk
+    (docs/performance.md, W4)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def versions() -> dict[str, str]:
@@ -446,10 +496,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="points per compiled call (memory only; default: from sweep.memory_budget_mb)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cache_argument(parser)
+
+
+def add_cache_argument(parser) -> None:
+    """--no-compile-cache (also SIMLAB_COMPILE_CACHE=off; simlab.compile_cache)."""
+    parser.add_argument("--no-compile-cache", action="store_true",
+                        help="do not use the persistent compilation cache (~/.cache/simlab/jax, "
+                             "or SIMLAB_COMPILE_CACHE=DIR)")
+
+
+def apply_cache_argument(args) -> None:
+    if getattr(args, "no_compile_cache", False):
+        os.environ[compile_cache.ENV] = "off"
 
 
 def cli_main(args) -> int:
     """Run `simlab sweep`; print where the results are."""
+    apply_cache_argument(args)
     if (args.config is None) == (not args.default):
         raise ConfigError("sweep: give either CONFIG.toml or --default (exactly one)")
     config = default_config_path() if args.default else args.config

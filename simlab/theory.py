@@ -10,7 +10,7 @@ Five claims (the numbering is the one of `simlab check-theory` and docs/theory.m
   5. Dong et al.      rank collapse of pure attention, doubly exponential in depth
                       (arXiv 2103.03404).
 
-Conventions (simlab's public interface; DESIGN.md).  One head computes
+Conventions (simlab's public interface; docs/design.md).  One head computes
 
     l_ij = (q_i' . k_j') / (sqrt(d_head) * temperature),
     q_i' = q_scale * q_i + q_shift * u_q,   k_j' = k_scale * k_j + k_shift * u_k,

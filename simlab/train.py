@@ -163,7 +163,7 @@ def logit_parts(q_BTHK, k_BSHK, mq_HK):
 
 def layer_stats(spec: BlockSpec, p, layer: B.Layer) -> dict[str, jax.Array]:
     """PER_HEAD stats (H,) and PER_LAYER stats () of one layer (see the module docstring)."""
-    q, k, w = layer.q, layer.k, layer.w
+    q, k, w = layer.full.q, layer.full.k, layer.full.w     # the plain path's full intermediates
     heads = [M.qk_drift(q[:, :, h:h + 1], k[:, :, h:h + 1]) for h in range(spec.n_heads)]
     out = {n: jnp.stack([hd[i] for hd in heads]) for i, n in
            enumerate(("q_mean_norm", "k_mean_norm", "qk_mean_cos"))}

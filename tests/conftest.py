@@ -1,6 +1,8 @@
 """Shared test helpers: a tiny toy model with the simlab.lab.Lab protocol."""
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 
@@ -39,3 +41,8 @@ class ToyLab:
         entropy = -jnp.sum(p * jnp.log(p + 1e-30), axis=-1).mean()
         y = knobs["attn_residual"] * x + jnp.einsum("bts,bsd->btd", p, x)
         return {"entropy": entropy, "cos": jnp.stack([_cos(x), _cos(y)])}
+
+
+# Tests compile hermetically: no persistent compilation cache unless a test sets its own
+# (subprocesses inherit this).
+os.environ.setdefault("SIMLAB_COMPILE_CACHE", "off")

@@ -1,5 +1,5 @@
 """simlab.attention against flax.linen.MultiHeadDotProductAttention and numpy oracles, and the
-softmax shift invariance that the physics rests on (DESIGN.md: a common key vector adds
+softmax shift invariance that the physics rests on (docs/design.md: a common key vector adds
 q_i . m_k to row i, constant over j, which softmax ignores exactly).
 """
 from __future__ import annotations
@@ -180,21 +180,22 @@ def test_k_shift_leaves_weights_unchanged_q_shift_does_not(causal):
 
 
 def test_lab_entropy_invariant_under_k_shift():
-    """Through the Lab (post-LN, non-causal and causal, plain and hoisted paths): attn_entropy
-    and attn_max equal for k_shift 0, 3.7, 100; q_shift 3.7 changes them. All four Labs and
-    all points in one compiled call.
-    Plain path (hoist=False): the logits carry the float32 rounding bounded in the test
-    above, delta <= (K + 2) eps |q| |k'| / (sqrt(K) t) ~ 3e-4 worst case at |k'| ~ 100; the
-    errors are random, so the row-averaged entropy and max move far less (measured <= 3e-7).
-    1e-4 sits between the two and 100x below the q_shift effect (> 1e-2). The factored path
-    (hoist=True) drops j-constant key terms exactly: bit-identical."""
+    """Through the Lab (post-LN, non-causal and causal; plain, tiled and factored paths):
+    attn_entropy and attn_max equal for k_shift 0, 3.7, 100; q_shift 3.7 changes them. All six
+    Labs and all points in one compiled call.
+    Plain path (the oracle): the logits carry the float32 rounding bounded in the test above,
+    delta <= (K + 2) eps |q| |k'| / (sqrt(K) t) ~ 3e-4 worst case at |k'| ~ 100; the errors are
+    random, so the row-averaged entropy and max move far less (measured <= 3e-7). 1e-4 sits
+    between the two and 100x below the q_shift effect (> 1e-2). The tiled paths (unhoisted and
+    factored) drop the j-constant key terms exactly: bit-identical."""
     inputs = InputSpec(kind="gaussian", batch=B, length=T)
     labs, states = [], []
     for causal in (False, True):
         spec = BlockSpec(kind="post_ln", d_model=D, n_heads=H, mlp_ratio=2, causal=causal,
                          init="fan_in")
-        for hoist in (False, True):
-            labs.append(Lab(spec, inputs, metrics=("attn_entropy", "attn_max"), hoist=hoist))
+        for hoist, tiled in ((False, False), (False, True), (True, True)):
+            labs.append(Lab(spec, inputs, metrics=("attn_entropy", "attn_max"), hoist=hoist,
+                            factor=hoist, tiled=tiled))
             states.append(labs[-1].seed_state(jax.random.PRNGKey(3)))
     base = dict(drift_norm=0.5, temperature=0.5)
     pts = [dict(base, k_shift=0.0), dict(base, k_shift=3.7), dict(base, k_shift=100.0),
@@ -206,7 +207,7 @@ def test_lab_entropy_invariant_under_k_shift():
         for m in ("attn_entropy", "attn_max"):
             v = np.asarray(out[m])
             assert np.all(np.abs(v[1:3] - v[0]) < 1e-4), (lab.hoist, lab.block.causal, m, v)
-            if lab.factor:
-                assert np.all(v[1:3] == v[0])
+            if lab.tiled:
+                assert np.all(v[1:3] == v[0]), (lab.hoist, lab.block.causal, m, v)
         e = np.asarray(out["attn_entropy"])
         assert abs(e[3] - e[0]) > 1e-2

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import jax
 import jax.numpy as jnp
@@ -25,86 +24,35 @@ from simlab.spec import BlockSpec, InputSpec
 
 
 # ----------------------------------------------------------------------------- FLOP counts
-def dot_flops(jaxpr) -> int:
-    """2 * batch * contracted * free sizes of every dot_general, recursing into sub-jaxprs;
-    a scan body counts `length` times. A while loop holding a dot_general is an error (its
-    trip count is not static)."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-            ls, rs = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape
-            free_l = [s for i, s in enumerate(ls) if i not in lc and i not in lb]
-            free_r = [s for i, s in enumerate(rs) if i not in rc and i not in rb]
-            total += 2 * math.prod(ls[i] for i in lb) * math.prod(ls[i] for i in lc) \
-                * math.prod(free_l) * math.prod(free_r)
-            continue
-        subs = []
-        for v in eqn.params.values():
-            for x in (v if isinstance(v, (tuple, list)) else (v,)):
-                j = getattr(x, "jaxpr", x)
-                if hasattr(j, "eqns"):
-                    subs.append(j)
-        inner = sum(dot_flops(j) for j in subs)
-        if name == "scan":
-            inner *= eqn.params["length"]
-        elif name == "while":
-            assert inner == 0, "dot_general inside a while loop of unknown trip count"
-        total += inner
-    return total
-
-
-def traced_flops(lab: Lab) -> tuple[int, int]:
-    """(per point, per seed) dot_general FLOPs of lab.point and lab.seed_state, after dead-code
-    elimination (what XLA runs)."""
-    from jax._src.interpreters import partial_eval as pe
-    key = jax.random.PRNGKey(0)
-    state = jax.eval_shape(lab.seed_state, key)
-    point = jax.make_jaxpr(lab.point)(state, knob_arrays({})).jaxpr
-    point, _ = pe.dce_jaxpr(point, [True] * len(point.outvars))
-    seed = jax.make_jaxpr(lab.seed_state)(key).jaxpr
-    return dot_flops(point), dot_flops(seed)
-
-
-FLOP_CASES = [  # block, inputs
-    (dict(kind="attention", d_model=32, n_heads=4, mlp=False), dict(kind="embedding", batch=2, length=12, vocab=50)),
-    (dict(kind="post_ln", d_model=32, n_heads=4, depth=2), dict(kind="gaussian", batch=2, length=12)),
-    (dict(kind="pre_ln", d_model=32, n_heads=2, mlp_ratio=2), dict(kind="anisotropic", batch=3, length=8)),
-    (dict(kind="post_ln", d_model=16, n_heads=2, qk_norm="rmsnorm", causal=True), dict(kind="student_t", batch=2, length=10)),
-    # T and D > 64: the stable rank's Lanczos path
-    (dict(kind="attention", d_model=72, n_heads=4, mlp=False, depth=2), dict(kind="embedding", batch=1, length=80, vocab=50)),
-]
-
-
-@pytest.mark.parametrize("blk,inp,metrics", [c + (None,) for c in FLOP_CASES] + [
-    (FLOP_CASES[0][0], FLOP_CASES[0][1], ("attn_entropy", "attn_max")),        # A V, W_O dead
-    (FLOP_CASES[1][0], FLOP_CASES[1][1], ("attn_entropy", "qk_mean_cos")),     # depth 2: whole
-    (FLOP_CASES[3][0], FLOP_CASES[3][1], ("attn_max",)),
-    (FLOP_CASES[2][0], FLOP_CASES[2][1], ("stable_rank",))])
-def test_flop_counts_equal_traced_dot_generals(blk, inp, metrics):
-    fl = bench.flop_counts(blk, inp, metrics)
-    block, inputs = BlockSpec(**blk), InputSpec(**inp)
-    engine = Lab(block, inputs, metrics)
-    assert fl["path"] == ("factored" if engine.factor else "hoisted" if engine.hoist else "plain")
-    assert traced_flops(engine) == (fl["engine_per_point"], fl["engine_per_seed"])
-    plain = Lab(block, inputs, metrics, hoist=False, factor=False)
-    assert traced_flops(plain) == (fl["plain_per_point"], fl["plain_per_seed"])
-
-
-def test_flop_counts_paper_size_by_hand():
-    """W2/W3 per point, by hand (B=16, T=512, D=768, H=12, F=3072; Lanczos 64 steps on the
-    512 x 512 Gram matrices)."""
-    b, t, d, f = 16, 512, 768, 3072
+def test_traced_flops_paper_size_by_hand():
+    """bench.traced_flops (dot_generals of the traced programs, loop bodies times their trip
+    count) against the counts by hand, W2/W3 per point and per seed (B=16, T=512, D=768, H=12,
+    F=3072; Lanczos 64 steps on the 512 x 512 Gram matrices). The factored tiled path runs A V
+    and W_O per tile, the position-constant value part through W_O once (2 D^2), and no dot for
+    the entropy; the plain path also projects, forms Q K^T and contracts w log w."""
+    b, t, d, f, h = 16, 512, 768, 3072, 12
     lanczos = b * 64 * (2 * t * t + 8 * 64 * t)
-    metrics = 2 * b * 12 * t * t + 2 * b * t * t * d + lanczos      # entropy, Gram, Lanczos
+    metrics = 2 * b * t * t * d + lanczos                            # Gram, Lanczos
     av, wo, proj, logits = 2 * b * t * t * d, 2 * b * t * d * d, 6 * b * t * d * d, 2 * b * t * t * d
-    w2 = bench.flop_counts(bench._ATTN, bench._PAPER_INPUTS)
-    assert w2["engine_per_point"] == av + wo + metrics
-    assert w2["plain_per_point"] == proj + logits + av + wo + metrics
-    w3 = bench.flop_counts(bench._BERT, bench._PAPER_INPUTS)
-    assert w3["engine_per_point"] == av + wo + 4 * b * t * d * f + metrics
+    w2 = bench.flop_counts(bench.workload_configs("W2")[""])
+    assert w2["path"] == "factored"
+    assert w2["engine_per_point"] == av + wo + 2 * d * d + metrics
+    assert w2["plain_per_point"] == proj + logits + 2 * b * h * t * t + av + wo + metrics
+    w3 = bench.flop_counts(bench.workload_configs("W3")[""])
+    assert w3["engine_per_point"] == av + wo + 2 * d * d + 4 * b * t * d * f + metrics
     assert w3["engine_per_seed"] == proj + 6 * d * d + 2 * b * t * t * d + 2 * b * t * d + 4 * b * t * d
+    assert w3["plain_per_seed"] == 0
+
+
+def test_dot_flops_counts_scan_bodies():
+    """A lax.map of n matmuls counts n times; a dot in a while loop of unknown length is refused."""
+    a = jnp.ones((5, 3, 4))
+    j = jax.make_jaxpr(lambda a: jax.lax.map(lambda x: x @ x.T, a))(a).jaxpr
+    assert bench.dot_flops(j) == 5 * 2 * 3 * 4 * 3
+    w = jax.make_jaxpr(lambda x, n: jax.lax.while_loop(lambda c: c[1] < n, lambda c: (c[0] @ c[0], c[1] + 1),
+                                                       (x, 0))[0])(jnp.ones((3, 3)), 4).jaxpr
+    with pytest.raises(ValueError):
+        bench.dot_flops(w)
 
 
 # ----------------------------------------------------------------------------- factored == plain
@@ -129,7 +77,7 @@ def test_factored_point_equals_plain_point(kind, causal):
     block = BlockSpec(kind=kind, d_model=32, n_heads=4, mlp_ratio=2, depth=2, causal=causal,
                       init="fan_in")
     inputs = InputSpec(kind="gaussian", batch=2, length=12)
-    fast, plain = Lab(block, inputs), Lab(block, inputs, hoist=False, factor=False)
+    fast, plain = Lab(block, inputs), Lab(block, inputs, hoist=False, factor=False, tiled=False)
     assert fast.factor and not plain.hoist
     key = jax.random.PRNGKey(5)
     pf, pp = jax.jit(fast.point), jax.jit(plain.point)
@@ -238,32 +186,67 @@ def test_entropy_equals_previous_formula(causal):
 # ----------------------------------------------------------------------------- the benchmark
 REQUIRED = {"points", "seeds", "points_per_s", "flops", "engine_gflops", "peak_fraction", "speedup",
             "loop", "engine", "target", "met"}
+PEER_REQUIRED = {"points", "seeds", "flops", "engine_cold", "engine_warm", "torch", "engine_ms_per_point",
+                 "engine_gflops", "peak_fraction", "target", "met"}
 
 
 def test_quick_bench_writes_json(tmp_path):
-    """W2 (a loop timed on a subset, the Lanczos path) and W4 (two grids) at quick sizes, in
-    this process (W1 and W3 differ only in their configs)."""
-    report, path = bench.run_bench(["W2", "W4"], quick=True, isolate=False, out_dir=tmp_path,
-                                   peak_n=256, log=lambda *a: None)
+    """P1 (engine cold / warm cache; the PyTorch loop when torch is installed), W2 (a loop timed
+    on a subset, the Lanczos path) and W4 (two grids) at quick sizes, in this process."""
+    try:
+        import torch  # noqa: F401
+        device = "cpu"
+    except ImportError:
+        device = None
+    report, path = bench.run_bench(["P1", "W2", "W4"], quick=True, isolate=False, out_dir=tmp_path,
+                                   peak_n=256, log=lambda *a: None, torch_device=device)
     data = json.loads(path.read_text())
     assert path.parent == tmp_path and data["quick"] is True
     assert data["peak"]["gflops"] > 0 and data["machine"]["cores"] >= 1
     by = {w["name"]: w for w in data["workloads"]}
-    assert list(by) == ["W2", "W4"]
-    for name in ("W2",):
-        w = by[name]
-        assert REQUIRED <= set(w), name
-        assert w["flops"]["path"] == "factored"
-        assert w["engine"]["rss_peak_mb"] > 0 and w["loop"]["total_s"] > 0
-        assert w["speedup"] > 0 and 0 < w["peak_fraction"]
-        assert set(w["met"]) == set(bench.TARGETS[name])
-    assert by["W2"]["loop"]["extrapolated"] and by["W2"]["loop"]["timed_points"] == 2
+    assert list(by) == ["P1", "W2", "W4"]
+    p1 = by["P1"]
+    assert PEER_REQUIRED <= set(p1)
+    assert p1["points"] == 4 and p1["engine_cold"]["wall_s"] > 0 and p1["engine_warm"]["wall_s"] > 0
+    assert p1["rounds"][0]["engine_cold"]["matmul_precision"] == "highest"
+    if device is not None:
+        assert p1["torch"]["n_points"] == 4 and p1["ratio_cold"] > 0 and "ratio_warm" in p1["met"]
+    w = by["W2"]
+    assert REQUIRED <= set(w)
+    assert w["flops"]["path"] == "factored"
+    assert w["engine"]["rss_peak_mb"] > 0 and w["loop"]["total_s"] > 0
+    assert w["speedup"] > 0 and 0 < w["peak_fraction"]
+    assert set(w["met"]) == set(bench.TARGETS["W2"])
+    assert w["loop"]["extrapolated"] and w["loop"]["timed_points"] == 2
     w4 = by["W4"]
     assert [g["points"] for g in w4["grids"].values()] == [100, 1000]
     assert w4["memory_ratio"] > 0 and "memory_ratio" in w4["met"]
-    assert "| W2 (factored) |" in bench.format_table(report)
+    table = bench.format_table(report)
+    assert "| W2 (factored) |" in table and "| P1 attention-only" in table
     assert set(bench.workload_configs("W1", quick=True)) == {""}                 # W1, W3 configs load
-    assert bench.flop_counts(**{k: bench.workload_configs("W3", True)[""][k] for k in ("block", "inputs")})["path"] == "factored"
+    assert bench.flop_counts(bench.workload_configs("W3", True)[""])["path"] == "factored"
+
+
+def test_torch_peer_equals_simlab_on_the_same_weights():
+    """The PyTorch loop fed simlab's own weights and tokens (bench_torch.from_simlab) computes
+    the metrics of simlab's engine (tiled, factored) to float32 rounding, for the attention-only
+    and the BERT block, across drift and lambda: two independent implementations agree."""
+    torch = pytest.importorskip("torch")
+    from simlab import bench_torch
+    for kind in ("attention", "post_ln"):
+        block = BlockSpec(kind=kind, d_model=48, n_heads=4, mlp=kind == "post_ln", mlp_ratio=2)
+        inputs = InputSpec(kind="embedding", batch=3, length=20, vocab=97, embed_std=0.5)
+        lab = Lab(block, inputs, bench_torch.METRICS)
+        state = jax.jit(lab.seed_state)(jax.random.PRNGKey(3))
+        drawn = bench_torch.from_simlab(state)
+        point = jax.jit(lab.point)
+        with torch.inference_mode():
+            for drift, lam in ((0.0, 1.0), (0.7, 3.0), (5.0, 0.3)):
+                want = bench_torch.point(drawn, kind, 4, drift, lam, block.ln_eps)
+                got = point(state, knob_arrays({"drift_norm": drift, "q_scale": lam, "k_scale": lam}))
+                for k in bench_torch.METRICS:
+                    np.testing.assert_allclose(float(got[k]), want[k], rtol=2e-5, atol=2e-5,
+                                               err_msg=f"{kind} {k} at N={drift}, lambda={lam}")
 
 
 def test_worker_subprocess():

@@ -1,5 +1,6 @@
 """simlab.block against an independent float64 numpy implementation; the depth stack against a
-Python loop of layers; the hoisted / factored Lab against the plain Lab (hoist=False).
+Python loop of layers; the hoisted / factored / tiled Lab against the plain Lab
+(hoist=False, factor=False, tiled=False: the oracle).
 
 GELU: jax.nn.gelu defaults to approximate=True, the tanh form
 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) that BERT's reference code uses; the oracle
@@ -150,8 +151,8 @@ def test_layer_apply_vs_numpy(kind, mlp, act, causal, qk_norm):
     u_q, u_k = unit_dirs(1, (H, K)), unit_dirs(2, (H, K))
     got = jax.jit(Bk.layer_apply, static_argnums=0)(spec, p, x, kn, u_q, u_k)
     y, attn, w, q, k = np_layer(spec, p, x, kn, u_q, u_k)
-    for name, g, want in (("y", got.y, y), ("attn", got.attn, attn), ("w", got.w, w),
-                          ("q", got.q, q), ("k", got.k, k)):
+    for name, g, want in (("y", got.y, y), ("attn", got.attn, attn), ("w", got.full.w, w),
+                          ("q", got.full.q, q), ("k", got.full.k, k)):
         np.testing.assert_allclose(np.asarray(g), want,
                                    rtol=5e-5, atol=5e-5, err_msg=name)
     np.testing.assert_array_equal(np.asarray(got.x), np.asarray(x))
@@ -173,10 +174,10 @@ def test_stack_apply_vs_python_loop():
     h = x
     for i in range(3):
         li = one(spec, layer(params, i), h, kn, u_q[i], u_k[i])
-        for name in Bk.Layer._fields:  # every intermediate of every layer
-            np.testing.assert_allclose(np.asarray(getattr(obs, name)[i]),
-                                       np.asarray(getattr(li, name)), rtol=2e-6, atol=2e-6,
-                                       err_msg=f"layer {i} {name}")
+        for (path, got), want in zip(jax.tree_util.tree_flatten_with_path(obs)[0],
+                                     jax.tree.leaves(li)):  # every intermediate of every layer
+            np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-6, atol=2e-6,
+                                       err_msg=f"layer {i} {jax.tree_util.keystr(path)}")
         h = li.y
     np.testing.assert_allclose(np.asarray(y), np.asarray(h), rtol=2e-6, atol=2e-6)
     # layers are independent draws and use their own shift directions
@@ -215,14 +216,14 @@ def hoist_case(kind, inputs, causal):
 
 @pytest.fixture(scope="module")
 def hoist_results():
-    """Plain Lab (hoist=False) and default Lab (hoist=True: hoisted projections and factored
+    """Plain Lab (the oracle: nothing hoisted, full weights) and default Lab (hoisted projections, factored
     layer-0 logits) for every case, three knob points each, in ONE compiled call (one XLA
     module for all Labs compiles about twice as fast as one per Lab)."""
     labs, states, kns = [], [], []
     for case in HOIST_CASES:
         spec, ispec, points = hoist_case(*case)
         for hoist in (False, True):
-            labs.append(Lab(spec, ispec, hoist=hoist))
+            labs.append(Lab(spec, ispec, hoist=hoist, factor=hoist, tiled=hoist))
             states.append(labs[-1].seed_state(jax.random.PRNGKey(7)))
             kns.append({k: jnp.stack([knob_arrays(pt)[k] for pt in points])
                         for k in KNOB_DEFAULTS})
@@ -279,7 +280,7 @@ def test_hoisted_lab_with_qk_norm_equals_plain():
                      init="fan_in")
     ispec = InputSpec(kind="gaussian", batch=B, length=T)
     kn = knob_arrays(dict(POINTS[1], qk_norm_gain=2.0))
-    labs = [Lab(spec, ispec, hoist=h) for h in (False, True)]
+    labs = [Lab(spec, ispec, hoist=h, factor=h, tiled=h) for h in (False, True)]
     assert labs[1].hoist and not labs[1].factor
     states = [lab.seed_state(jax.random.PRNGKey(8)) for lab in labs]
     plain, hoisted = jax.jit(lambda sts, k: [lab.point(st, k) for lab, st in zip(labs, sts)])(

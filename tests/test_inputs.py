@@ -1,5 +1,5 @@
 """simlab.inputs: the statistics each input kind promises (large samples, tolerances from the
-sampling error), the drift, and common random numbers (DESIGN.md)."""
+sampling error), the drift, and common random numbers (docs/design.md)."""
 from __future__ import annotations
 
 import math

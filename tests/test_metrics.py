@@ -280,13 +280,17 @@ def test_layer_metrics_selects_and_matches_pieces():
     x, attn, y = (jnp.asarray(r.standard_normal((2, 6, 8)), jnp.float32) for _ in range(3))
     w = jnp.asarray(_random_weights((2, 2, 6, 6), True, seed=3))
     q, k = (jnp.asarray(r.standard_normal((2, 6, 2, 4)), jnp.float32) for _ in range(2))
+    from simlab.attention import row_entropy
+    from simlab.block import Layer
+    layer = Layer(x, attn, y, row_entropy(w), jnp.max(w, -1), jnp.mean(q, (0, 1)), jnp.mean(k, (0, 1)),
+                  None)
     layer_metrics = jax.jit(M.layer_metrics, static_argnums=(0, 1))
-    out = layer_metrics(M.METRIC_NAMES, True, x, attn, y, w, q, k)
+    out = layer_metrics(M.METRIC_NAMES, True, layer)
     assert set(out) == set(M.METRIC_NAMES)
     np.testing.assert_allclose(float(out["attn_cos_within"]), np_anisotropy(attn)[1], atol=TOL)
     np.testing.assert_allclose(float(out["out_cos"]), np_anisotropy(y)[0], atol=TOL)
     np.testing.assert_allclose(float(out["attn_entropy"]), np_attn_entropy(w, True), atol=TOL)
     np.testing.assert_allclose(float(out["stable_rank"]), np_stable_rank(y), rtol=1e-4)
     np.testing.assert_allclose(float(out["qk_mean_cos"]), np_qk_drift(q, k)[2], atol=TOL)
-    sub = layer_metrics(("attn_max",), True, x, attn, y, w, q, k)
+    sub = layer_metrics(("attn_max",), True, layer)
     assert tuple(sub) == ("attn_max",) and float(sub["attn_max"]) == float(out["attn_max"])

@@ -86,7 +86,7 @@ def limit_results():
     for causal in (False, True):
         spec = BlockSpec(kind="post_ln", causal=causal, init="fan_in", **SPEC_KW)
         labs.append(Lab(spec, ISPEC, metrics=("attn_entropy", "attn_max")))
-        states.append(labs[-1].seed_state(jax.random.PRNGKey(1)))
+        states.append(labs[-1].seed_state(jax.random.PRNGKey(2)))
     outs = jax.jit(lambda sts, kn: [jax.vmap(lab.point, in_axes=(None, 0))(st, kn)
                                     for lab, st in zip(labs, sts)])(
         states, stacked([dict(temperature=t) for t in temps]))
@@ -98,7 +98,9 @@ def test_temperature_limits(limit_results, causal):
     """t = 1e4: the logits l_ij / t are ~1e-4, so the normalised entropy is 1 to O(1e-8); the
     float32 sum -sum w log w adds a few ulp, hence 2e-6. t = 1e-4: with top-two logit gap g_i
     per row, 1 - max_j w_ij <= (n_i - 1) exp(-g_i / (sqrt(K) t)) exactly; the bound is
-    computed from the layer-0 logits in float64 numpy (inputs with distinct logits)."""
+    computed from the layer-0 logits in float64 numpy (inputs with distinct logits: the seed is
+    one whose rows have well separated top-two logits, checked by `bound < 1e-3`; four of six
+    seeds tried are)."""
     lab, state, out = limit_results[causal]
     ent, mx = np.asarray(out["attn_entropy"]), np.asarray(out["attn_max"])
     assert abs(ent[2] - 1.0) < 2e-6, ent

@@ -231,3 +231,60 @@ def test_real_lab_end_to_end(tmp_path):
     for k in lab.metric_names:
         assert one[k].shape == (3, 3, 2), k
         np.testing.assert_allclose(one[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_micro_batch_default_from_the_lab_recorded_in_the_config(tmp_path):
+    """sweep.micro_batch not given: the lab's default_micro_batch() (sizes only) is used and
+    written into the resolved config, so the fingerprint is that of the explicit value; an
+    explicit value wins; a lab without the method gets 8."""
+    from simlab.lab import Lab
+    cfg = load_config(REAL)
+    lab = Lab(cfg.block, cfg.inputs)
+    want = lab.default_micro_batch()
+    implicit = {**REAL, "sweep": {"seeds": 2}}
+    r = run_sweep(implicit, out=tmp_path / "a", quiet=True)
+    assert r.meta["config"]["sweep"]["micro_batch"] == want == r.meta["layout"]["micro_batch"]
+    explicit = {**REAL, "sweep": {"seeds": 2, "micro_batch": want}}
+    assert run_sweep(explicit, out=tmp_path / "a", quiet=True).meta["fingerprint"] == r.meta["fingerprint"]
+    other = run_sweep({**REAL, "sweep": {"seeds": 2, "micro_batch": 1}}, quiet=True)
+    assert other.meta["config"]["sweep"]["micro_batch"] == 1 and other.meta["fingerprint"] != r.meta["fingerprint"]
+    toy = run_sweep({**TOY, "sweep": {"seeds": 1}}, lab=LAB, quiet=True)
+    assert toy.meta["config"]["sweep"]["micro_batch"] == 8
+
+
+def test_matmul_precision_recorded_and_validated():
+    """Recorded in meta.json and the fingerprint; on CPU float32 matmuls are full precision
+    whatever the setting, so the real Lab's numbers are bit-identical."""
+    r = run_sweep(REAL, quiet=True)
+    assert r.meta["matmul_precision"] == "highest" == r.meta["config"]["sweep"]["matmul_precision"]
+    d = run_sweep(REAL, sweep={**REAL["sweep"], "matmul_precision": "default"}, quiet=True)
+    assert d.meta["matmul_precision"] == "default" and d.meta["fingerprint"] != r.meta["fingerprint"]
+    assert_same(d, r)
+    with pytest.raises(ConfigError, match="sweep.matmul_precision: 'bf16' is not one of"):
+        run_sweep(TOY, lab=LAB, sweep={"matmul_precision": "bf16"})
+
+
+CACHE_SCRIPT = ("import json, sys\nfrom simlab.sweep import run_sweep\n"
+                "r = run_sweep(json.loads(sys.argv[1]), quiet=True)\n"
+                "print('COMPILE', r.meta['compile_time_s'])\n")
+
+
+def test_persistent_compilation_cache(tmp_path):
+    """Two fresh processes run the same real-Lab sweep with SIMLAB_COMPILE_CACHE=<dir>: the
+    first fills the directory, the second compiles from it (faster than the first; the issue's
+    target, <= 0.3 s, is measured by the benchmark on a quiet machine). With the cache off,
+    nothing is written."""
+    def run(cache):
+        env = {**os.environ, "SIMLAB_COMPILE_CACHE": str(cache)}
+        p = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, json.dumps(REAL)], env=env,
+                           capture_output=True, text=True, timeout=300, check=True)
+        return float(p.stdout.split("COMPILE")[-1])
+    cache = tmp_path / "cache"
+    first = run(cache)
+    files = sorted(p.name for p in cache.iterdir())
+    assert any("seed_state" in f for f in files) and len(files) >= 2
+    second = run(cache)
+    assert sorted(p.name for p in cache.iterdir()) == files          # nothing compiled anew
+    assert second < first
+    run("off")
+    assert not (tmp_path / "off").exists()
