@@ -1,14 +1,25 @@
 """simlab: a JAX lab bench for attention sharpness vs anisotropy of untrained Transformer blocks.
 
-`import simlab` stays light: the public names below are imported on first use.
+Layers (docs/design.md): simlab.core (the physics: specs, knobs, init, inputs, attention,
+tiles, blocks, metrics, the Lab), simlab.engine (the sweep machinery: config, sweep, results,
+compilation cache), simlab.studies (reproduce, check_theory, train_dynamics, bench), and
+simlab.plot, simlab.theory, simlab.cli. `import simlab` stays light: the public names below
+are imported on first use.
 """
+
 from __future__ import annotations
 
 import importlib
 
 _EXPORTS = {
-    "run_sweep": "simlab.sweep",
-    "load": "simlab.results",
+    "run_sweep": "simlab.engine.sweep",
+    "load": "simlab.engine.results",
+    "Results": "simlab.engine.results",
+    "ConfigError": "simlab.errors",
+    "Lab": "simlab.core.lab",
+    "BlockSpec": "simlab.core.spec",
+    "InputSpec": "simlab.core.spec",
+    "knob_arrays": "simlab.core.lab",
 }
 __all__ = sorted(_EXPORTS)
 

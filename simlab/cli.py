@@ -1,27 +1,36 @@
 """The `simlab` command: subcommands, each in its own module, imported only when chosen.
 
 A subcommand module exposes `add_arguments(parser)` and `cli_main(args) -> int`.  Modules that
-are not installed are left out of the list.  User errors (spec.ConfigError, a missing file, bad
-TOML) print "simlab: error: <message>" and exit with code 2 before any output is written.
+are not installed are left out of the list.  User errors (simlab.errors.ConfigError, a
+missing file, bad TOML) print "simlab: error: <message>" and exit with code 2 before any
+output is written.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.util
 import sys
+
 import tomllib
 
-from simlab.spec import ConfigError
+from simlab.errors import ConfigError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("simlab.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
+    "sweep": ("simlab.engine.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
     "plot": ("simlab.plot", "plot phase diagrams and curves from a finished sweep"),
-    "reproduce": ("simlab.reproduce", "reproduce the reference figures"),
-    "check-theory": ("simlab.check_theory", "compare sweeps with closed-form predictions"),
-    "train-dynamics": ("simlab.train", "follow sharpness and anisotropy during training"),
-    "bench": ("simlab.bench", "time the sweep engine"),
+    "reproduce": ("simlab.studies.reproduce", "reproduce the reference figures"),
+    "check-theory": (
+        "simlab.studies.check_theory",
+        "compare simulations with closed-form predictions",
+    ),
+    "train-dynamics": (
+        "simlab.studies.train_dynamics",
+        "follow sharpness and anisotropy during training",
+    ),
+    "bench": ("simlab.studies.bench", "time the sweep engine against its peers"),
 }
 
 
@@ -32,8 +41,10 @@ def available_commands() -> dict[str, tuple[str, str]]:
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """Parser with every available subcommand; only the one named in argv is imported."""
-    parser = argparse.ArgumentParser(prog="simlab", description="simlab: attention sharpness vs anisotropy "
-                                     "of untrained Transformer blocks")
+    parser = argparse.ArgumentParser(
+        prog="simlab",
+        description="simlab: attention sharpness vs anisotropy of untrained Transformer blocks",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_) in available_commands().items():

@@ -12,21 +12,23 @@ from the sweep's axis space where known, else detected from the spacing (`is_log
 CLI: `simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--out FILE.png] [--layer I]
 [--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...]`.
 """
+
 from __future__ import annotations
 
 import argparse
 import io
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from simlab.results import atomic_write_bytes
-from simlab.spec import ConfigError
+from simlab.engine.results import atomic_write_bytes
+from simlab.errors import ConfigError
 
 FIGSIZE = (6.4, 4.8)
 DPI = 150
@@ -65,7 +67,8 @@ def is_log_spaced(c: Sequence[float]) -> bool:
 def cell_edges(c: Sequence[float], log: bool) -> np.ndarray:
     """Edges (n + 1) of the cells centred on the n coordinates `c` (monotonic).
 
-    Linear: midpoints (c_i + c_{i+1}) / 2, ends c_0 - (c_1 - c_0)/2 and c_{n-1} + (c_{n-1} - c_{n-2})/2.
+    Linear: midpoints (c_i + c_{i+1}) / 2, ends c_0 - (c_1 - c_0)/2 and
+    c_{n-1} + (c_{n-1} - c_{n-2})/2.
     Log: the same in log c, i.e. geometric means sqrt(c_i c_{i+1}) and ends c_0 sqrt(c_0/c_1),
     c_{n-1} sqrt(c_{n-1}/c_{n-2}).
     A single coordinate gets a cell one decade wide on a log axis (c/sqrt(10), c*sqrt(10)) and
@@ -118,9 +121,26 @@ def _overlay_theory(ax, theory, default_style: dict) -> None:
 
 
 # --------------------------------------------------------------------------------- figures
-def phase_diagram(x, y, z, *, x_label, y_label, z_label, x_log=None, y_log=None,
-                  contour=None, contour_levels=None, contour_label=None,
-                  theory=None, title=None, ax=None, vmin=None, vmax=None, cmap="viridis"):
+def phase_diagram(
+    x,
+    y,
+    z,
+    *,
+    x_label,
+    y_label,
+    z_label,
+    x_log=None,
+    y_log=None,
+    contour=None,
+    contour_levels=None,
+    contour_label=None,
+    theory=None,
+    title=None,
+    ax=None,
+    vmin=None,
+    vmax=None,
+    cmap="viridis",
+):
     """Heatmap of z (shape (len(y), len(x))) with pcolormesh.
 
     x_log / y_log: None = auto (`is_log_spaced`).  Cells are bounded by `cell_edges` (geometric
@@ -134,8 +154,10 @@ def phase_diagram(x, y, z, *, x_label, y_label, z_label, x_log=None, y_log=None,
     ys, yo = _sorted_axis(y, "y")
     z = np.asarray(z, dtype=float)
     if z.shape != (ys.size, xs.size):
-        raise ValueError(f"phase_diagram: z has shape {z.shape}, expected (len(y), len(x)) = "
-                         f"{(ys.size, xs.size)}")
+        raise ValueError(
+            f"phase_diagram: z has shape {z.shape}, expected (len(y), len(x)) = "
+            f"{(ys.size, xs.size)}"
+        )
     z = z[np.ix_(yo, xo)]
     x_log = is_log_spaced(xs) if x_log is None else bool(x_log)
     y_log = is_log_spaced(ys) if y_log is None else bool(y_log)
@@ -146,8 +168,9 @@ def phase_diagram(x, y, z, *, x_label, y_label, z_label, x_log=None, y_log=None,
         ax.set_xscale("log")
     if y_log:
         ax.set_yscale("log")
-    mesh = ax.pcolormesh(xe, ye, np.ma.masked_invalid(z), cmap=cmap, vmin=vmin, vmax=vmax,
-                         shading="flat")
+    mesh = ax.pcolormesh(
+        xe, ye, np.ma.masked_invalid(z), cmap=cmap, vmin=vmin, vmax=vmax, shading="flat"
+    )
     cbar = fig.colorbar(mesh, ax=ax)
     cbar.set_label(z_label)
     ax.set_xlim(xe[0], xe[-1])
@@ -160,9 +183,13 @@ def phase_diagram(x, y, z, *, x_label, y_label, z_label, x_log=None, y_log=None,
             raise ValueError(f"phase_diagram: contour has shape {c.shape}, expected {z.shape}")
         c = c[np.ix_(yo, xo)]
         if min(c.shape) < 2:
-            warnings.warn("phase_diagram: contour lines need at least 2 x 2 points; skipped")
+            warnings.warn(
+                "phase_diagram: contour lines need at least 2 x 2 points; skipped", stacklevel=2
+            )
         elif not np.any(np.isfinite(c)):
-            warnings.warn("phase_diagram: contour array has no finite values; skipped")
+            warnings.warn(
+                "phase_diagram: contour array has no finite values; skipped", stacklevel=2
+            )
         else:
             levels = None if contour_levels is None else np.sort(np.asarray(contour_levels, float))
             style = dict(colors="white", linewidths=1.4, linestyles="solid")
@@ -173,8 +200,11 @@ def phase_diagram(x, y, z, *, x_label, y_label, z_label, x_log=None, y_log=None,
                 for t in texts:
                     t.set_path_effects(_OUTLINE)
             if contour_label:
-                handles.append(Line2D([], [], color="white", lw=1.4, path_effects=_OUTLINE,
-                                      label=contour_label))
+                handles.append(
+                    Line2D(
+                        [], [], color="white", lw=1.4, path_effects=_OUTLINE, label=contour_label
+                    )
+                )
     _overlay_theory(ax, theory, dict(lw=1.8, ls="--"))
     handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
     if handles:
@@ -201,8 +231,9 @@ def _band(mean: np.ndarray, band) -> tuple[np.ndarray, np.ndarray] | None:
     return mean - b, mean + b
 
 
-def curves(x, series, *, x_label, y_label, x_log=None, y_log=False, title=None, theory=None,
-           ax=None):
+def curves(
+    x, series, *, x_label, y_label, x_log=None, y_log=False, title=None, theory=None, ax=None
+):
     """Lines with shaded bands.
 
     series: dict label -> (mean, band) where band is None (no band), an array s (band mean -+ s,
@@ -252,6 +283,7 @@ def save_figure(fig, path) -> Path:
     finally:
         if getattr(fig.canvas, "manager", None) is not None:
             import matplotlib.pyplot as plt
+
             plt.close(fig)
     return path
 
@@ -303,8 +335,10 @@ def _fmt(v) -> str:
 
 def _check_metric(results, name: str, what: str = "metric") -> np.ndarray:
     if name not in results.metrics:
-        raise ConfigError(f"{what} {name!r} not in this sweep; have: "
-                          f"{', '.join(sorted(results.metrics)) or '(none)'}")
+        raise ConfigError(
+            f"{what} {name!r} not in this sweep; have: "
+            f"{', '.join(sorted(results.metrics)) or '(none)'}"
+        )
     return np.asarray(results.metrics[name])
 
 
@@ -314,7 +348,9 @@ def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | No
     names = list(results.axes)
     for role, a in (("x", x), ("y", y)):
         if a is not None and a not in results.axes:
-            raise ConfigError(f"{role} axis {a!r} not in this sweep; have: {', '.join(names) or '(none)'}")
+            raise ConfigError(
+                f"{role} axis {a!r} not in this sweep; have: {', '.join(names) or '(none)'}"
+            )
     if y is not None and y == x:
         raise ConfigError(f"x and y are the same axis {x!r}")
     select = dict(select or {})
@@ -342,9 +378,11 @@ def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | No
         elif coords.size == 1:
             idx.append(0)
         else:
-            raise ConfigError(f"axis {a!r} has {coords.size} values "
-                              f"({', '.join(_fmt(c) for c in coords)}); fix one with "
-                              f"select={{{a!r}: value}} (CLI: --select {a}=VALUE)")
+            raise ConfigError(
+                f"axis {a!r} has {coords.size} values "
+                f"({', '.join(_fmt(c) for c in coords)}); fix one with "
+                f"select={{{a!r}: value}} (CLI: --select {a}=VALUE)"
+            )
     return tuple(idx), fixed
 
 
@@ -362,18 +400,31 @@ def _reduce(results, arr: np.ndarray, idx, x: str, y: str | None, layer, what: s
     elif arr.ndim == n_axes + 1:
         l = None
     else:
-        raise ConfigError(f"{what} has shape {arr.shape}, expected (*axes, seeds[, layer]) "
-                          f"with {n_axes} axes")
-    sub = arr[idx + (slice(None),)]                  # remaining dims: x/y in axes order, seeds
+        raise ConfigError(
+            f"{what} has shape {arr.shape}, expected (*axes, seeds[, layer]) with {n_axes} axes"
+        )
+    sub = arr[idx + (slice(None),)]  # remaining dims: x/y in axes order, seeds
     mean = sub.mean(axis=-1)
     std = sub.std(axis=-1, ddof=1) if sub.shape[-1] > 1 else np.zeros_like(mean)
     if y is not None and list(results.axes).index(y) > list(results.axes).index(x):
-        mean, std = mean.T, std.T                    # -> (len(y), len(x))
+        mean, std = mean.T, std.T  # -> (len(y), len(x))
     return mean, std, l
 
 
-def plot_results(results, *, x, y=None, metric, layer=None, select=None, contour=None,
-                 contour_levels=None, theory=None, title=None, out=None):
+def plot_results(
+    results,
+    *,
+    x,
+    y=None,
+    metric,
+    layer=None,
+    select=None,
+    contour=None,
+    contour_levels=None,
+    theory=None,
+    title=None,
+    out=None,
+):
     """Plot one metric of a finished sweep.
 
     2-D (y given): phase diagram of the seed mean of `metric` over axes x and y; 1-D (y None):
@@ -406,19 +457,35 @@ def plot_results(results, *, x, y=None, metric, layer=None, select=None, contour
     if y is None:
         band = std if n_seeds > 1 else None
         label = z_label + (" (seed mean \u00b1 1 std)" if band is not None else " (seed mean)")
-        fig, ax = curves(xc, {label: (mean, band)}, x_label=_axis_label(results, x),
-                         y_label=metric, x_log=_axis_log(results, x), title=title, theory=theory)
+        fig, ax = curves(
+            xc,
+            {label: (mean, band)},
+            x_label=_axis_label(results, x),
+            y_label=metric,
+            x_log=_axis_log(results, x),
+            title=title,
+            theory=theory,
+        )
     else:
         cz = None
         if carr is not None:
             c_layer = layer if (layer is not None and carr.ndim == len(results.axes) + 2) else None
             cz, _, _ = _reduce(results, carr, idx, x, y, c_layer, f"contour metric {contour!r}")
         fig, ax = phase_diagram(
-            xc, np.asarray(results.axes[y], dtype=float), mean,
-            x_label=_axis_label(results, x), y_label=_axis_label(results, y),
-            z_label=z_label + " (seed mean)", x_log=_axis_log(results, x),
-            y_log=_axis_log(results, y), contour=cz, contour_levels=contour_levels,
-            contour_label=contour, theory=theory, title=title)
+            xc,
+            np.asarray(results.axes[y], dtype=float),
+            mean,
+            x_label=_axis_label(results, x),
+            y_label=_axis_label(results, y),
+            z_label=z_label + " (seed mean)",
+            x_log=_axis_log(results, x),
+            y_log=_axis_log(results, y),
+            contour=cz,
+            contour_levels=contour_levels,
+            contour_label=contour,
+            theory=theory,
+            title=title,
+        )
     if out is not None:
         save_figure(fig, out)
     return fig, ax
@@ -428,16 +495,27 @@ def plot_results(results, *, x, y=None, metric, layer=None, select=None, contour
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", metavar="DIR", help="output directory of a finished sweep")
     parser.add_argument("--x", required=True, metavar="AXIS", help="axis on the horizontal")
-    parser.add_argument("--y", metavar="AXIS",
-                        help="axis on the vertical (phase diagram); omit for a 1-D curve with a "
-                             "seed band")
+    parser.add_argument(
+        "--y",
+        metavar="AXIS",
+        help="axis on the vertical (phase diagram); omit for a 1-D curve with a seed band",
+    )
     parser.add_argument("--metric", required=True, metavar="NAME", help="metric to plot")
-    parser.add_argument("--out", metavar="FILE.png",
-                        help="output PNG (default DIR/<metric>_<x>_<y>.png or DIR/<metric>_<x>.png)")
-    parser.add_argument("--layer", type=int, metavar="I",
-                        help="layer of a per-layer metric (default: the last)")
-    parser.add_argument("--select", action="append", default=[], metavar="AXIS=VALUE",
-                        help="fix another axis at its coordinate nearest VALUE (repeatable)")
+    parser.add_argument(
+        "--out",
+        metavar="FILE.png",
+        help="output PNG (default DIR/<metric>_<x>_<y>.png or DIR/<metric>_<x>.png)",
+    )
+    parser.add_argument(
+        "--layer", type=int, metavar="I", help="layer of a per-layer metric (default: the last)"
+    )
+    parser.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="AXIS=VALUE",
+        help="fix another axis at its coordinate nearest VALUE (repeatable)",
+    )
     parser.add_argument("--contour", metavar="METRIC", help="second metric drawn as contour lines")
     parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")
 
@@ -471,14 +549,24 @@ def _parse_levels(s: str | None):
 def cli_main(args) -> int:
     select = _parse_select(args.select)
     levels = _parse_levels(args.levels)
-    from simlab import results as results_mod
-    res = results_mod.load(args.dir)
+    from simlab.engine import results
+
+    res = results.load(args.dir)
     if args.out is not None:
         out = Path(args.out)
     else:
         stem = "_".join(p for p in (args.metric, args.x, args.y) if p)
         out = Path(args.dir) / f"{stem}.png"
-    plot_results(res, x=args.x, y=args.y, metric=args.metric, layer=args.layer, select=select,
-                 contour=args.contour, contour_levels=levels, out=out)
+    plot_results(
+        res,
+        x=args.x,
+        y=args.y,
+        metric=args.metric,
+        layer=args.layer,
+        select=select,
+        contour=args.contour,
+        contour_levels=levels,
+        out=out,
+    )
     print(f"wrote {out}")
     return 0

@@ -37,9 +37,11 @@ q_shift adds m_q . k_j (a shared pattern); k_shift adds q_i . m_k, constant over
 softmax ignores exactly.
 
 Every function here is plain numpy (float64; scipy only inside rem_frozen_entropy) so that
-predictions do not depend on JAX's precision; simulations live in simlab.check_theory.  Curve functions return
-(x_arr, y_arr, label) triples, the `theory=` format of simlab.plot.phase_diagram / curves.
+predictions do not depend on JAX's precision; simulations live in simlab.studies.check_theory.
+Curve functions return (x_arr, y_arr, label) triples, the `theory=` format of
+simlab.plot.phase_diagram / curves.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,8 +63,7 @@ def logit_std(q_scale=1.0, k_scale=1.0, temperature=1.0, *, q_std=1.0, k_std=1.0
     """lambda = q_scale k_scale q_std k_std / temperature: the std of the logits
     l_ij = q.k / (sqrt(d_head) temperature) for queries and keys with i.i.d. coordinates of
     std q_std, k_std drawn independently (independent W_Q, W_K).  Broadcasts over arrays."""
-    return (np.asarray(q_scale) * np.asarray(k_scale) * q_std * k_std
-            / np.asarray(temperature))
+    return np.asarray(q_scale) * np.asarray(k_scale) * q_std * k_std / np.asarray(temperature)
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def rem_normalized_entropy(x) -> np.ndarray:
     (module docstring), so x = sqrt(1 - p) * q_scale k_scale q_std k_std / (temperature s_c).
     """
     x = np.asarray(x, dtype=float)
-    return np.where(x < 1.0, 1.0 - x ** 2, 0.0)
+    return np.where(x < 1.0, 1.0 - x**2, 0.0)
 
 
 def rem_entropy(s, T) -> np.ndarray:
@@ -108,7 +109,8 @@ def rem_frozen_entropy(x) -> np.ndarray:
     PD(m), m = 1/x, which is E[-ln w*] for a size-biased pick w* ~ Beta(1 - m, m):
     psi(1) - psi(1 - m).  Derived here (not in the issue); it diverges as x -> 1+, where the
     O(ln T) annealed entropy takes over.  Returns nan for x <= 1."""
-    from scipy.special import digamma   # scipy is a test extra: import only when needed
+    from scipy.special import digamma  # scipy is a test extra: import only when needed
+
     x = np.asarray(x, dtype=float)
     m = np.where(x > 1.0, 1.0 / np.where(x > 1.0, x, 2.0), np.nan)
     return digamma(1.0) - digamma(1.0 - m)
@@ -183,8 +185,9 @@ def gg_inverse_temperature_c(T, p, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std
     return lam_c / (q_scale * k_scale * q_std * k_std)
 
 
-def pd_sum_sq_samples(m: float, n_samples: int = 20000, *, n_atoms: int = 4000,
-                      seed: int = 0) -> np.ndarray:
+def pd_sum_sq_samples(
+    m: float, n_samples: int = 20000, *, n_atoms: int = 4000, seed: int = 0
+) -> np.ndarray:
     """Samples of Y = sum_k w_k^2 for Poisson-Dirichlet PD(m, 0) weights, 0 < m < 1.
 
     w_k proportional to G_k^(-1/m) with G_k the arrival times of a unit Poisson process
@@ -201,8 +204,8 @@ def pd_sum_sq_samples(m: float, n_samples: int = 20000, *, n_atoms: int = 4000,
         g = np.cumsum(rng.exponential(size=(n, K)), axis=1)
         v = g ** (-a)
         s1 = v.sum(1) + tail1
-        s2 = (v ** 2).sum(1) + tail2
-        ys[lo:lo + n] = s2 / s1 ** 2
+        s2 = (v**2).sum(1) + tail2
+        ys[lo : lo + n] = s2 / s1**2
     return ys
 
 
@@ -223,8 +226,9 @@ def gg_mean_cosine(beta, p, *, n_samples: int = 20000, seed: int = 0) -> np.ndar
     return out
 
 
-def gg_boundary_curve(T, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std=1.0,
-                      p=None, x="inverse_temperature"):
+def gg_boundary_curve(
+    T, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std=1.0, p=None, x="inverse_temperature"
+):
     """Claim-1/2 phase boundary in simlab knob coordinates, as (x_arr, y_arr, label).
 
     y is input_corr p; x is 1/temperature ("inverse_temperature"), temperature
@@ -236,8 +240,9 @@ def gg_boundary_curve(T, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std=1.0,
     if p is None:
         p = np.linspace(0.0, 0.98, 200)
     p = np.asarray(p, dtype=float)
-    inv_t = gg_inverse_temperature_c(T, p, q_scale=q_scale, k_scale=k_scale, q_std=q_std,
-                                     k_std=k_std)
+    inv_t = gg_inverse_temperature_c(
+        T, p, q_scale=q_scale, k_scale=k_scale, q_std=q_std, k_std=k_std
+    )
     if x == "inverse_temperature":
         xs = inv_t
     elif x == "temperature":
@@ -249,8 +254,17 @@ def gg_boundary_curve(T, *, q_scale=1.0, k_scale=1.0, q_std=1.0, k_std=1.0,
     return xs, p, f"REM freezing (T={int(T)})"
 
 
-def gg_cosine_contours(T, levels=(0.5, 0.7, 0.9), *, q_scale=1.0, k_scale=1.0, q_std=1.0,
-                       k_std=1.0, x="inverse_temperature", n: int = 200):
+def gg_cosine_contours(
+    T,
+    levels=(0.5, 0.7, 0.9),
+    *,
+    q_scale=1.0,
+    k_scale=1.0,
+    q_std=1.0,
+    k_std=1.0,
+    x="inverse_temperature",
+    n: int = 200,
+):
     """Iso-lines of the predicted output cosine (claim 2) in the (x, input_corr) plane, as a
     list of (x_arr, y_arr, label).  For a level c > p the frozen formula gives
     1 - beta_c / beta = p (1 - c) / (c (1 - p)); points with p >= c do not exist (the cosine
@@ -258,7 +272,7 @@ def gg_cosine_contours(T, levels=(0.5, 0.7, 0.9), *, q_scale=1.0, k_scale=1.0, q
     out = []
     for c in levels:
         p = np.linspace(0.0, c, n, endpoint=False)[1:]
-        frac = p * (1.0 - c) / (c * (1.0 - p))           # 1 - beta_c/beta
+        frac = p * (1.0 - c) / (c * (1.0 - p))  # 1 - beta_c/beta
         beta = gg_beta_c(p) / (1.0 - frac)
         lam = beta * np.sqrt(np.log(float(T)))
         inv_t = lam / (q_scale * k_scale * q_std * k_std)
@@ -288,8 +302,8 @@ def chen_output_cosine_finite(gamma, rho, n) -> np.ndarray:
     e = np.exp(np.log(n - 1.0) - beta * (1.0 - rho))
     a = 1.0 / (1.0 + e)
     b = (1.0 - a) / (n - 1.0)
-    norm2 = rho + (1.0 - rho) * (a ** 2 + (n - 1.0) * b ** 2)
-    cross = rho + (1.0 - rho) * (2.0 * a * b + (n - 2.0) * b ** 2)
+    norm2 = rho + (1.0 - rho) * (a**2 + (n - 1.0) * b**2)
+    cross = rho + (1.0 - rho) * (2.0 * a * b + (n - 2.0) * b**2)
     return cross / norm2
 
 
@@ -320,20 +334,36 @@ def chen_output_cosine(gamma, rho) -> np.ndarray:
     rho = np.asarray(rho, dtype=float)
     gc = chen_gamma_c(rho)
     crit = 4.0 * rho / (1.0 + 3.0 * rho)
-    return np.where(np.isclose(gamma, gc, rtol=1e-9, atol=0.0), crit,
-                    np.where(gamma < gc, 1.0, rho))
+    return np.where(
+        np.isclose(gamma, gc, rtol=1e-9, atol=0.0), crit, np.where(gamma < gc, 1.0, rho)
+    )
 
 
-def chen_beta_from_knobs(q_scale=1.0, k_scale=1.0, temperature=1.0, *, d_head=1, q_norm=1.0,
-                         k_norm=1.0):
+def chen_beta_from_knobs(
+    q_scale=1.0, k_scale=1.0, temperature=1.0, *, d_head=1, q_norm=1.0, k_norm=1.0
+):
     """beta of claim 3 from simlab knobs:
     q_scale k_scale q_norm k_norm / (sqrt(d_head) temperature)."""
-    return (np.asarray(q_scale) * np.asarray(k_scale) * q_norm * k_norm
-            / (math.sqrt(d_head) * np.asarray(temperature)))
+    return (
+        np.asarray(q_scale)
+        * np.asarray(k_scale)
+        * q_norm
+        * k_norm
+        / (math.sqrt(d_head) * np.asarray(temperature))
+    )
 
 
-def chen_boundary_curve(n, *, d_head=1, q_scale=1.0, k_scale=1.0, q_norm=1.0, k_norm=1.0,
-                        rho=None, x="inverse_temperature"):
+def chen_boundary_curve(
+    n,
+    *,
+    d_head=1,
+    q_scale=1.0,
+    k_scale=1.0,
+    q_norm=1.0,
+    k_norm=1.0,
+    rho=None,
+    x="inverse_temperature",
+):
     """Claim-3 critical line beta = ln n / (1 - rho) in simlab knob coordinates, as
     (x_arr, y_arr, label) with y = input_corr (= rho); x = 1/temperature, temperature, or
     beta ("beta")."""
@@ -357,8 +387,8 @@ def entropy_floor(beta, T) -> np.ndarray:
     beta >= 0, from ln T to 0.  Evaluated stably for large beta."""
     beta = np.asarray(beta, dtype=float)
     T = np.asarray(T, dtype=float)
-    le = np.log(T - 1.0) - beta                    # ln((T-1) e^-beta)
-    e_over = np.exp(le - np.logaddexp(0.0, le))    # e / (1 + e)
+    le = np.log(T - 1.0) - beta  # ln((T-1) e^-beta)
+    e_over = np.exp(le - np.logaddexp(0.0, le))  # e / (1 + e)
     return np.logaddexp(0.0, le) + beta * e_over
 
 
@@ -417,16 +447,8 @@ def dong_residual_bound(r0, c, depth: int) -> np.ndarray:
     """
     r0 = float(r0)
     L = np.arange(depth + 1)
-    logr = (3.0 ** L - 1.0) / 2.0 * math.log(c) + 3.0 ** L * math.log(r0)
+    logr = (3.0**L - 1.0) / 2.0 * math.log(c) + 3.0**L * math.log(r0)
     return np.exp(np.clip(logr, -745.0, 50.0))
-
-
-def relative_residual(x_TD) -> np.ndarray:
-    """||X - 1 xbar^T||_F / ||X||_F with xbar the token mean (the minimiser over x of
-    ||X - 1 x^T||_F); numpy or jax arrays, over the last two axes."""
-    x = np.asarray(x_TD, dtype=float)
-    res = x - x.mean(axis=-2, keepdims=True)
-    return np.linalg.norm(res, axis=(-2, -1)) / np.linalg.norm(x, axis=(-2, -1))
 
 
 def collapse_exponent(r, floor: float = 1e-5) -> float:

@@ -1,10 +1,15 @@
-"""Shared test helpers: a tiny toy model with the simlab.lab.Lab protocol."""
+"""Shared test helpers: the independent numpy (float64) oracles of the physics, and a tiny toy
+model with the simlab.core.lab.Lab protocol. (pyproject.toml puts tests/ on the path:
+`from conftest import np_layer`.)"""
+
 from __future__ import annotations
 
+import math
 import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _cos(x_BTD):
@@ -18,6 +23,7 @@ def _cos(x_BTD):
 class ToyLab:
     """One random attention head on gaussian tokens plus a drift: metrics "entropy" () and
     "cos" (2,) = (input cosine, output cosine), the latter standing in for a layer axis."""
+
     metric_names = ("entropy", "cos")
 
     def __init__(self, d: int = 8, batch: int = 2, length: int = 6):
@@ -27,10 +33,12 @@ class ToyLab:
         kx, kq, kk, ku = jax.random.split(key, 4)
         d = self.d
         u = jax.random.normal(ku, (d,))
-        return {"x": jax.random.normal(kx, (self.batch, self.length, d)),
-                "wq": jax.random.normal(kq, (d, d)) / jnp.sqrt(d),
-                "wk": jax.random.normal(kk, (d, d)) / jnp.sqrt(d),
-                "u": u / jnp.linalg.norm(u)}
+        return {
+            "x": jax.random.normal(kx, (self.batch, self.length, d)),
+            "wq": jax.random.normal(kq, (d, d)) / jnp.sqrt(d),
+            "wk": jax.random.normal(kk, (d, d)) / jnp.sqrt(d),
+            "u": u / jnp.linalg.norm(u),
+        }
 
     def point(self, state, knobs):
         x = state["x"] + knobs["drift_norm"] * state["u"]
@@ -46,3 +54,162 @@ class ToyLab:
 # Tests compile hermetically: no persistent compilation cache unless a test sets its own
 # (subprocesses inherit this).
 os.environ.setdefault("SIMLAB_COMPILE_CACHE", "off")
+
+
+# ----------------------------------------------------------------------------- numpy oracles
+# ----------------------------------------------------------------------------- oracles
+def np_pairwise_cos(x_ND) -> float:
+    """Mean cosine over the n (n - 1) ordered distinct pairs; a zero row has cosine 0 with
+    everything and still counts in the pairs (documented convention)."""
+    x = np.asarray(x_ND, np.float64)
+    n = x.shape[0]
+    norms = np.array([math.sqrt(sum(float(v) ** 2 for v in row)) for row in x])
+    cos = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            if i != j and norms[i] > 0 and norms[j] > 0:
+                cos[i, j] = float(x[i] @ x[j]) / (norms[i] * norms[j])
+    return float(cos.sum() / (n * (n - 1)))
+
+
+def np_anisotropy(x_BTD):
+    x = np.asarray(x_BTD, np.float64)
+    b, t, d = x.shape
+    return np_pairwise_cos(x.reshape(b * t, d)), float(np.mean([np_pairwise_cos(s) for s in x]))
+
+
+def np_attn_entropy(w_BHTS, causal: bool) -> float:
+    w = np.asarray(w_BHTS, np.float64)
+    b, h, t, s = w.shape
+    vals = []
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(t):
+                n = min(i + 1, s) if causal else s
+                if n <= 1:
+                    continue  # a single attended key: excluded
+                ent = -sum(p * math.log(p) for p in w[bi, hi, i] if p > 0)  # 0 log 0 = 0
+                vals.append(ent / math.log(n))
+    return float(np.mean(vals))
+
+
+def np_attn_max(w_BHTS) -> float:
+    w = np.asarray(w_BHTS, np.float64)
+    return float(np.mean([row.max() for row in w.reshape(-1, w.shape[-1])]))
+
+
+def np_stable_rank(y_BTD) -> float:
+    out = []
+    for y in np.asarray(y_BTD, np.float64):
+        s = np.linalg.svd(y, compute_uv=False)
+        out.append(0.0 if s[0] == 0 else float(np.sum(s**2) / s[0] ** 2))
+    return float(np.mean(out))
+
+
+def np_qk_drift(q_BTHK, k_BSHK):
+    q, k = np.asarray(q_BTHK, np.float64), np.asarray(k_BSHK, np.float64)
+    nq, nk, cs = [], [], []
+    for h in range(q.shape[2]):
+        mq = q[:, :, h, :].reshape(-1, q.shape[-1]).mean(0)
+        mk = k[:, :, h, :].reshape(-1, k.shape[-1]).mean(0)
+        a, b = np.linalg.norm(mq), np.linalg.norm(mk)
+        nq.append(a)
+        nk.append(b)
+        cs.append(0.0 if a == 0 or b == 0 else float(mq @ mk) / (a * b))
+    return float(np.mean(nq)), float(np.mean(nk)), float(np.mean(cs))
+
+
+# ----------------------------------------------------------------------------- numpy oracle
+def np_residual_ratio(a_BTD, x_BTD) -> float:
+    """mean over tokens of |a_i| / |x_i| in float64 (0 where x_i = 0)."""
+    a, x = (np.asarray(t, np.float64).reshape(-1, np.shape(t)[-1]) for t in (a_BTD, x_BTD))
+    r = [np.linalg.norm(ai) / np.linalg.norm(xi) if np.any(xi) else 0.0 for ai, xi in zip(a, x)]
+    return float(np.mean(r))
+
+
+def np_gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def np_layernorm(x, g=None, b=None, eps=1e-12):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps)
+    return y if g is None else y * g + b
+
+
+def np_layer(spec, p, x, kn, u_q, u_k):
+    """One block in float64 numpy, written from the math in simlab.core.block's docstring."""
+    p = {n: np.asarray(v, np.float64) for n, v in p.items()}
+    x = np.asarray(x, np.float64)
+    kn = {n: float(v) for n, v in kn.items()}
+    ln1_x = np_layernorm(x, p["ln1_g"], p["ln1_b"], spec.ln_eps)
+    a_in = ln1_x if spec.kind in ("pre_ln", "parallel") else x
+    q = np.einsum("btd,dhk->bthk", a_in, p["wq"]) + p["bq"]
+    k = np.einsum("btd,dhk->bthk", a_in, p["wk"]) + p["bk"]
+    v = np.einsum("btd,dhk->bthk", a_in, p["wv"]) + p["bv"]
+    if spec.qk_norm == "layernorm":
+        q, k = (kn["qk_norm_gain"] * np_layernorm(t, None, None, 1e-6) for t in (q, k))
+    elif spec.qk_norm == "rmsnorm":
+        q, k = (
+            kn["qk_norm_gain"] * t / np.sqrt((t**2).mean(-1, keepdims=True) + 1e-6) for t in (q, k)
+        )
+    q = kn["q_scale"] * q + kn["q_shift"] * np.asarray(u_q, np.float64)
+    k = kn["k_scale"] * k + kn["k_shift"] * np.asarray(u_k, np.float64)
+    t_len = x.shape[1]
+    w = np.zeros((x.shape[0], q.shape[2], t_len, t_len))
+    for b in range(x.shape[0]):
+        for h in range(q.shape[2]):
+            for i in range(t_len):
+                n = i + 1 if spec.causal else t_len
+                logits = np.array([q[b, i, h] @ k[b, j, h] for j in range(n)])
+                logits /= math.sqrt(q.shape[-1]) * kn["temperature"]
+                e = np.exp(logits - logits.max())
+                w[b, h, i, :n] = e / e.sum()
+    o = np.einsum("bhts,bshk->bthk", w, v)
+    attn = np.einsum("bthk,hkd->btd", o, p["wo"]) + p["bo"]
+
+    def mlp(h):
+        act = np_gelu_tanh if spec.activation == "gelu" else (lambda z: np.maximum(z, 0.0))
+        return act(h @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+
+    a, m = kn["attn_residual"], kn["mlp_residual"]
+    if spec.kind == "post_ln":
+        h = np_layernorm(a * x + attn, p["ln1_g"], p["ln1_b"], spec.ln_eps)
+        y = np_layernorm(m * h + mlp(h), p["ln2_g"], p["ln2_b"], spec.ln_eps) if spec.mlp else h
+    elif spec.kind == "pre_ln":
+        h = a * x + attn
+        y = m * h + mlp(np_layernorm(h, p["ln2_g"], p["ln2_b"], spec.ln_eps)) if spec.mlp else h
+    elif spec.kind == "parallel":  # GPT-J: both branches read LN1(x), one residual
+        y = a * x + attn + (mlp(ln1_x) if spec.mlp else 0.0)
+    else:
+        h = a * x + attn
+        y = m * h + mlp(h) if spec.mlp else h
+    return y, attn, w, q, k
+
+
+def np_softmax(logits):
+    m = np.max(logits, axis=-1, keepdims=True)
+    e = np.exp(logits - m)
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_attention(s, factor, v, wo, causal):
+    """float64: w = softmax(factor * s) per row (masked), out = (w v) W_O, H(w_i), max_j w."""
+    s = np.asarray(s, np.float64) * factor
+    b, h, t, n = s.shape
+    if causal:
+        s = np.where(np.tril(np.ones((t, n), bool)), s, -np.inf)
+    s = s - s.max(-1, keepdims=True)
+    w = np.exp(s)
+    w /= w.sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.sum(np.where(w > 0, w * np.log(w), 0.0), -1)
+    o = np.einsum("bhts,bhsk->bthk", w, np.asarray(v, np.float64))
+    out = np.einsum("bthk,hkd->btd", o, np.asarray(wo, np.float64))
+    return out, ent, w.max(-1)
+
+
+# ----------------------------------------------------------------------------- metrics changes
+def np_top(g):
+    return np.linalg.eigvalsh(np.asarray(g, np.float64))[..., -1]

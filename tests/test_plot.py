@@ -1,5 +1,6 @@
 """Tests of simlab.plot: cell edges against an oracle, log detection, what the heatmap and the
 curves actually draw, the saved PNG, plot_results on a synthetic sweep, and the CLI."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,8 +11,9 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from simlab import plot, results
-from simlab.spec import ConfigError
+from simlab import plot
+from simlab.engine import results
+from simlab.errors import ConfigError
 
 
 # ------------------------------------------------------------------ cell edges / log detection
@@ -35,7 +37,9 @@ def test_cell_edges_log_matches_oracle(c):
 
 @pytest.mark.parametrize("c", [[0.0, 0.25, 0.5, 1.0], [-3.0, 1.0, 2.0], [5.0, 6.0]])
 def test_cell_edges_lin_matches_oracle(c):
-    np.testing.assert_allclose(plot.cell_edges(c, False), _edges_oracle_lin(c), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        plot.cell_edges(c, False), _edges_oracle_lin(c), rtol=1e-12, atol=1e-15
+    )
 
 
 def test_cell_edges_single_point_has_positive_width_around_it():
@@ -56,7 +60,7 @@ def test_log_detection():
     assert plot.is_log_spaced(np.geomspace(0.01, 100, 9))
     assert plot.is_log_spaced([0.1, 0.3, 1, 3, 10])
     assert not plot.is_log_spaced(np.linspace(0.1, 10, 9))
-    assert not plot.is_log_spaced(np.linspace(0.0, 1.0, 5))          # contains 0
+    assert not plot.is_log_spaced(np.linspace(0.0, 1.0, 5))  # contains 0
     assert not plot.is_log_spaced([1.0])
 
 
@@ -73,7 +77,9 @@ def test_phase_diagram_auto_scales_and_draws_z():
     assert mesh.colorbar.ax.get_ylabel() == "cos sim"
     assert ax.get_xlabel() == "q_scale" and ax.get_ylabel() == "p"
     # explicit choice beats auto-detection
-    _, ax2 = plot.phase_diagram(x, y, z, x_label="a", y_label="b", z_label="c", x_log=False, y_log=False)
+    _, ax2 = plot.phase_diagram(
+        x, y, z, x_label="a", y_label="b", z_label="c", x_log=False, y_log=False
+    )
     assert ax2.get_xscale() == "linear"
 
 
@@ -90,11 +96,21 @@ def test_phase_diagram_contour_theory_and_shape_check():
     X, Y = np.meshgrid(x, y)
     z, c = X + Y, X * Y
     theory = [(np.linspace(-5, 5, 50), np.linspace(-5, 5, 50) ** 2, "y = x^2")]
-    _, ax = plot.phase_diagram(x, y, z, x_label="x", y_label="y", z_label="z", contour=c,
-                               contour_levels=[0.5, 1.0], contour_label="x*y", theory=theory)
+    _, ax = plot.phase_diagram(
+        x,
+        y,
+        z,
+        x_label="x",
+        y_label="y",
+        z_label="z",
+        contour=c,
+        contour_levels=[0.5, 1.0],
+        contour_label="x*y",
+        theory=theory,
+    )
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["x*y", "y = x^2"]
-    assert len(ax.texts) >= 2                                 # clabel texts
+    assert len(ax.texts) >= 2  # clabel texts
     assert {float(t.get_text()) for t in ax.texts} <= {0.5, 1.0}
     # theory did not widen the axes: limits stay the outer cell edges
     np.testing.assert_allclose(ax.get_xlim(), (-0.1, 1.1))
@@ -107,9 +123,10 @@ def test_curves_bands():
     x = np.array([1.0, 2.0, 3.0])
     m, s = np.array([1.0, 2.0, 4.0]), np.array([0.1, 0.2, 0.3])
     lo, hi = m - 1, m + 2
-    _, ax = plot.curves(x, {"std": (m, s), "lohi": (m, (lo, hi)), "none": (m, None)},
-                        x_label="x", y_label="y")
-    assert len(ax.collections) == 2                           # two bands, none for "none"
+    _, ax = plot.curves(
+        x, {"std": (m, s), "lohi": (m, (lo, hi)), "none": (m, None)}, x_label="x", y_label="y"
+    )
+    assert len(ax.collections) == 2  # two bands, none for "none"
     for poly, (elo, ehi) in zip(ax.collections, [(m - s, m + s), (lo, hi)]):
         v = poly.get_paths()[0].vertices
         for xi, a, b in zip(x, elo, ehi):
@@ -121,8 +138,9 @@ def test_curves_bands():
 
 # ------------------------------------------------------------------ saving
 def test_save_figure_150_dpi_atomic(tmp_path):
-    fig, _ = plot.phase_diagram([1.0, 2.0], [1.0, 2.0], np.eye(2), x_label="a", y_label="b",
-                                z_label="c")
+    fig, _ = plot.phase_diagram(
+        [1.0, 2.0], [1.0, 2.0], np.eye(2), x_label="a", y_label="b", z_label="c"
+    )
     out = tmp_path / "sub" / "fig.png"
     plot.save_figure(fig, out)
     img = mpimg.imread(out)
@@ -130,7 +148,7 @@ def test_save_figure_150_dpi_atomic(tmp_path):
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["fig.png"]
     pil = pytest.importorskip("PIL.Image")
     with pil.open(out) as im:
-        assert np.allclose(im.info["dpi"], (150, 150), atol=0.05)   # stored as pixels/metre
+        assert np.allclose(im.info["dpi"], (150, 150), atol=0.05)  # stored as pixels/metre
 
 
 def test_save_figure_leaves_nothing_on_error(tmp_path):
@@ -151,15 +169,25 @@ def sweep(tmp_path):
     """Axes a (log, 4), b (lin, 3), c (2 values), d (single value); 5 seeds; metric "m" and a
     per-layer metric "ml" with 3 layers."""
     rng = np.random.default_rng(0)
-    axes = OrderedDict(a=np.geomspace(0.1, 10, 4), b=np.linspace(0, 1, 3), c=np.array([0.0, 2.0]),
-                       d=np.array([7.0]))
+    axes = OrderedDict(
+        a=np.geomspace(0.1, 10, 4),
+        b=np.linspace(0, 1, 3),
+        c=np.array([0.0, 2.0]),
+        d=np.array([7.0]),
+    )
     metrics = {"m": rng.normal(size=(4, 3, 2, 1, 5)), "ml": rng.normal(size=(4, 3, 2, 1, 5, 3))}
-    meta = {"axes": [{"name": "a", "knobs": ["q_scale", "k_scale"], "space": "log", "values": None},
-                     {"name": "b", "knobs": ["b"], "space": "lin"},
-                     {"name": "c", "knobs": ["c"], "space": "values"},
-                     {"name": "d", "knobs": ["d"], "space": "values"}],
-            "config": {"block": {"kind": "pre_ln", "d_model": 64, "n_heads": 4},
-                       "inputs": {"batch": 2, "length": 32}}}
+    meta = {
+        "axes": [
+            {"name": "a", "knobs": ["q_scale", "k_scale"], "space": "log", "values": None},
+            {"name": "b", "knobs": ["b"], "space": "lin"},
+            {"name": "c", "knobs": ["c"], "space": "values"},
+            {"name": "d", "knobs": ["d"], "space": "values"},
+        ],
+        "config": {
+            "block": {"kind": "pre_ln", "d_model": 64, "n_heads": 4},
+            "inputs": {"batch": 2, "length": 32},
+        },
+    }
     d = tmp_path / "run"
     results.save(d, axes, metrics, meta)
     return results.load(d), d
@@ -168,7 +196,7 @@ def sweep(tmp_path):
 def test_plot_results_2d_mean_and_title(sweep):
     res, _ = sweep
     fig, ax = plot.plot_results(res, x="a", y="b", metric="m", select={"c": 1.9})
-    want = res.metrics["m"][:, :, 1, 0, :].mean(axis=-1).T          # (len(b), len(a))
+    want = res.metrics["m"][:, :, 1, 0, :].mean(axis=-1).T  # (len(b), len(a))
     got = np.asarray(ax.collections[0].get_array()).reshape(want.shape)
     np.testing.assert_allclose(got, want)
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
@@ -178,8 +206,10 @@ def test_plot_results_2d_mean_and_title(sweep):
     assert ax.get_xlabel() == "a (q_scale = k_scale)"
     # swapping axes transposes
     _, ax2 = plot.plot_results(res, x="b", y="a", metric="m", select={"c": 0})
-    np.testing.assert_allclose(np.asarray(ax2.collections[0].get_array()).reshape(4, 3),
-                               res.metrics["m"][:, :, 0, 0, :].mean(axis=-1))
+    np.testing.assert_allclose(
+        np.asarray(ax2.collections[0].get_array()).reshape(4, 3),
+        res.metrics["m"][:, :, 0, 0, :].mean(axis=-1),
+    )
 
 
 def test_plot_results_layer(sweep):
@@ -187,7 +217,9 @@ def test_plot_results_layer(sweep):
     for layer, li in ((None, 2), (0, 0), (-2, 1)):
         _, ax = plot.plot_results(res, x="a", y="b", metric="ml", layer=layer, select={"c": 0})
         want = res.metrics["ml"][:, :, 0, 0, :, li].mean(axis=-1).T
-        np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(want.shape), want)
+        np.testing.assert_allclose(
+            np.asarray(ax.collections[0].get_array()).reshape(want.shape), want
+        )
         assert f"layer {li}" in ax.collections[0].colorbar.ax.get_ylabel()
     with pytest.raises(ConfigError, match="layer 3"):
         plot.plot_results(res, x="a", y="b", metric="ml", layer=3, select={"c": 0})
@@ -210,7 +242,7 @@ def test_plot_results_1d_band_is_mean_pm_std(sweep):
 
 def test_plot_results_errors_name_the_axis(sweep):
     res, _ = sweep
-    with pytest.raises(ConfigError, match="'c'"):                      # extra axis not fixed
+    with pytest.raises(ConfigError, match="'c'"):  # extra axis not fixed
         plot.plot_results(res, x="a", y="b", metric="m")
     with pytest.raises(ConfigError, match="'zz'.*a, b, c, d"):
         plot.plot_results(res, x="a", y="b", metric="m", select={"zz": 1, "c": 0})
@@ -231,25 +263,64 @@ def _args(*argv):
 
 def test_cli_writes_default_path(sweep, capsys):
     _, d = sweep
-    assert plot.cli_main(_args(d, "--x", "a", "--y", "b", "--metric", "m", "--select", "c=2",
-                               "--contour", "m", "--levels", "0,0.5")) == 0
+    assert (
+        plot.cli_main(
+            _args(
+                d,
+                "--x",
+                "a",
+                "--y",
+                "b",
+                "--metric",
+                "m",
+                "--select",
+                "c=2",
+                "--contour",
+                "m",
+                "--levels",
+                "0,0.5",
+            )
+        )
+        == 0
+    )
     out = d / "m_a_b.png"
     assert mpimg.imread(out).shape[:2] == (720, 960)
-    assert plot.cli_main(_args(d, "--x", "b", "--metric", "ml", "--layer", "1",
-                               "--select", "a=1", "--select", "c=0")) == 0
+    assert (
+        plot.cli_main(
+            _args(
+                d,
+                "--x",
+                "b",
+                "--metric",
+                "ml",
+                "--layer",
+                "1",
+                "--select",
+                "a=1",
+                "--select",
+                "c=0",
+            )
+        )
+        == 0
+    )
     assert (d / "ml_b.png").exists()
 
 
-@pytest.mark.parametrize("extra, match", [
-    (["--select", "c"], "AXIS=VALUE"),
-    (["--select", "c=abc"], "not a number"),
-    (["--select", "zz=1"], "'zz'"),
-    ([], "'c'"),
-    (["--select", "c=0", "--levels", "1,x", "--contour", "m"], "--levels"),
-])
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--select", "c"], "AXIS=VALUE"),
+        (["--select", "c=abc"], "not a number"),
+        (["--select", "zz=1"], "'zz'"),
+        ([], "'c'"),
+        (["--select", "c=0", "--levels", "1,x", "--contour", "m"], "--levels"),
+    ],
+)
 def test_cli_user_errors_leave_no_file(sweep, extra, match):
     _, d = sweep
     before = sorted(p.name for p in d.iterdir())
     with pytest.raises(ConfigError, match=match):
-        plot.cli_main(_args(d, "--x", "a", "--y", "b", "--metric", "m", "--out", d / "f.png", *extra))
+        plot.cli_main(
+            _args(d, "--x", "a", "--y", "b", "--metric", "m", "--out", d / "f.png", *extra)
+        )
     assert sorted(p.name for p in d.iterdir()) == before

@@ -1,0 +1,94 @@
+"""Multi-head self-attention as pure functions with the knobs of simlab.
+
+For head h with d_head = K (Vaswani et al. 2017; knobs as in docs/design.md):
+  q_i = x_i W_Q + b_Q,  k_j = x_j W_K + b_K,  v_j = x_j W_V + b_V
+  QK-norm (optional, per head): q_i <- gain * N(q_i), k_j <- gain * N(k_j), N = LayerNorm
+  (mean-centred, no bias, as flax's normalize_qk) or RMSNorm (Dehghani et al. 2023)
+  q_i' = q_scale * q_i + q_shift * u_q,   k_j' = k_scale * k_j + k_shift * u_k
+  l_ij = q_i' . k_j' / (sqrt(K) * temperature),  w_ij = softmax_j(l_ij)  (float32)
+  out_i = sum_h sum_j w_ij v_j W_O + b_O
+A causal mask keeps j <= i.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+
+QK_NORM_EPS = 1e-6  # flax.linen.LayerNorm's default epsilon
+
+
+def layer_norm(x, g, b, eps):
+    """(x - mean) / sqrt(var + eps) * g + b over the last axis (statistics in float32)."""
+    x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    mu = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mu), axis=-1, keepdims=True)
+    y = (x32 - mu) * jax.lax.rsqrt(var + eps)
+    return (y * g + b).astype(x.dtype) if g is not None else y.astype(x.dtype)
+
+
+def rms_norm(x, eps):
+    """x / sqrt(mean(x^2) + eps) over the last axis."""
+    x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    return (x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), -1, keepdims=True) + eps)).astype(x.dtype)
+
+
+def project(w_DHK, b_HK, x_BTD):
+    """Head-split projection x W + b: (B, T, D) -> (B, T, H, K)."""
+    return jnp.einsum("btd,dhk->bthk", x_BTD, w_DHK) + b_HK
+
+
+def normalize_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], qk_norm: str):
+    """QK-norm (times qk_norm_gain) of the projected queries and keys; identity for "none"."""
+    if qk_norm == "none":
+        return q_BTHK, k_BSHK
+    norm = (
+        (lambda t: layer_norm(t, None, None, QK_NORM_EPS))
+        if qk_norm == "layernorm"
+        else (lambda t: rms_norm(t, QK_NORM_EPS))
+    )
+    return knobs["qk_norm_gain"] * norm(q_BTHK), knobs["qk_norm_gain"] * norm(k_BSHK)
+
+
+def shape_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK, u_k_HK, qk_norm: str):
+    """QK-norm (times qk_norm_gain), then q_scale/k_scale and the common shifts."""
+    q_BTHK, k_BSHK = normalize_qk(q_BTHK, k_BSHK, knobs, qk_norm)
+    q_BTHK = knobs["q_scale"] * q_BTHK + knobs["q_shift"] * u_q_HK
+    k_BSHK = knobs["k_scale"] * k_BSHK + knobs["k_shift"] * u_k_HK
+    return q_BTHK, k_BSHK
+
+
+def causal_mask(t: int, s: int) -> jax.Array:
+    """(T, S) boolean, True where key j <= query i."""
+    return jnp.arange(s)[None, :] <= jnp.arange(t)[:, None]
+
+
+def attention_weights(q_BTHK, k_BSHK, temperature, causal: bool):
+    """softmax_j(q_i . k_j / (sqrt(K) * temperature)) in float32: (B, H, T, S)."""
+    d_head = q_BTHK.shape[-1]
+    f32 = jnp.promote_types(q_BTHK.dtype, jnp.float32)
+    logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK.astype(f32), k_BSHK.astype(f32))
+    logits_BHTS = logits_BHTS / (jnp.sqrt(jnp.asarray(d_head, f32)) * temperature)
+    if causal:
+        mask = causal_mask(q_BTHK.shape[1], k_BSHK.shape[1])
+        logits_BHTS = jnp.where(mask, logits_BHTS, -jnp.inf)
+    return jax.nn.softmax(logits_BHTS, axis=-1)
+
+
+def row_entropy(w_BHTS):
+    """H(w_i) = -sum_j w_ij log w_ij in nats per row (B, H, T); 0 log 0 = 0. (The plain path's
+    formula, on the full weights; the tiled path computes it from the log-sum-exp.)
+    log(max(w, tiny)) rather than a select: the same for every normal w, and on XLA:CPU the
+    select feeding the row reduction split the fusion (docs/performance.md, "Findings cited in
+    the code")."""
+    return -jnp.einsum(
+        "bhts,bhts->bht", w_BHTS, jnp.log(jnp.maximum(w_BHTS, jnp.finfo(w_BHTS.dtype).tiny))
+    )
+
+
+def attend(w_BHTS, v_BSHK, wo_HKD, bo_D):
+    """sum_h sum_j w_ij v_j W_O + b_O: (B, T, D)."""
+    o_BTHK = jnp.einsum("bhts,bshk->bthk", w_BHTS.astype(v_BSHK.dtype), v_BSHK)
+    return jnp.einsum("bthk,hkd->btd", o_BTHK, wo_HKD) + bo_D

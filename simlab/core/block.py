@@ -1,0 +1,286 @@
+"""Transformer blocks and depth-L stacks as pure functions (params, x, knobs) -> output.
+
+With a = attn_residual, m = mlp_residual (docs/design.md; BERT: Devlin et al. 2019; pre-LN:
+Xiong et al. 2020):
+  attention: h = a x + Attn(x);             y = m h + MLP(h)            (y = h without MLP)
+  post_ln:   h = LN1(a x + Attn(x));        y = LN2(m h + MLP(h))       (y = h without MLP)
+  pre_ln:    h = a x + Attn(LN1(x));        y = m h + MLP(LN2(h))       (y = h without MLP)
+  parallel:  y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J, Wang & Komatsuzaki 2021; one
+             LayerNorm feeds both branches; m is inert: no skip around the MLP alone)
+MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, as BERT) or ReLU.
+The kinds are one registry, BLOCKS (a BlockKind each: what the projections see and the
+token-wise rest of the layer); a new block variant is one entry (docs/extending.md).
+
+Two ways to compute the attention sub-layer, with one contract (`Layer`):
+  plain  (tiling None): the full weights w (B, H, T, S), then A V (simlab.core.attention): the
+         oracle; `Layer.full` holds the full shaped queries, keys and weights;
+  tiled  (a simlab.core.tiled.Tiling): softmax statistics and A V W_O per tile, never the full
+         weights; the terms of the logits constant over the keys (the key shift u_k) are
+         dropped exactly; `Layer.full` is None.
+Every layer hands its `Layer` to an `observe` function (e.g. the metrics), so a stack never
+keeps all layers' intermediates in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from simlab.core import attention, tiled
+from simlab.core.spec import BlockSpec
+
+
+class Full(NamedTuple):
+    """The plain path's full attention intermediates: shaped queries q' (B, T, H, K), keys k'
+    (B, S, H, K) and weights w (B, H, T, S)."""
+
+    q: jax.Array
+    k: jax.Array
+    w: jax.Array
+
+
+class Attn(NamedTuple):
+    """The attention sub-layer: output after W_O (B, T, D), per-row entropy H(w_i) in nats and
+    max_j w_ij (B, H, T), the token means of the shaped queries and keys (H, K), and the full
+    intermediates on the plain path (None when tiled)."""
+
+    out: jax.Array
+    row_entropy: jax.Array
+    row_max: jax.Array
+    q_mean: jax.Array
+    k_mean: jax.Array
+    full: Full | None
+
+
+class Layer(NamedTuple):
+    """What one layer computed: input x, attention sub-layer output attn (after W_O, before the
+    residual), output y (all (B, T, D)); per-row attention entropy (nats) and max (B, H, T);
+    the means over all tokens of the shaped queries q' and keys k' (H, K); `full` (plain path
+    only, else None): the full q', k' and weights."""
+
+    x: jax.Array
+    attn: jax.Array
+    y: jax.Array
+    row_entropy: jax.Array
+    row_max: jax.Array
+    q_mean: jax.Array
+    k_mean: jax.Array
+    full: Full | None
+
+
+def mlp(spec: BlockSpec, p, h_BTD):
+    act = jax.nn.gelu if spec.activation == "gelu" else jax.nn.relu
+    return act(h_BTD @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+
+
+def attn_input(spec: BlockSpec, p, x_BTD):
+    """What the projections see: LN1(x) for a kind with a norm before them, x otherwise."""
+    return BLOCKS[spec.kind].attn_input(spec, p, x_BTD)
+
+
+def qkv(p, a_BTD):
+    return tuple(
+        attention.project(p[w], p[b], a_BTD) for w, b in (("wq", "bq"), ("wk", "bk"), ("wv", "bv"))
+    )
+
+
+def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
+    """The oracle: full weights, then A V W_O; entropy -sum_j w log w per row."""
+    q, k = attention.shape_qk(q, k, knobs, u_q_HK, u_k_HK, spec.qk_norm)
+    w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
+    out = attention.attend(w, v, p["wo"], p["bo"])
+    return Attn(
+        out,
+        attention.row_entropy(w),
+        jnp.max(w, axis=-1),
+        jnp.mean(q, axis=(0, 1)),
+        jnp.mean(k, axis=(0, 1)),
+        Full(q, k, w),
+    )
+
+
+def tiled_attention(
+    spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK, tiling: tiled.Tiling
+) -> Attn:
+    """Tiled: scores s_ij = q'_i . k_j of the normalised keys k (the j-constant k_shift u_k . q'_i
+    dropped), scalar factor k_scale / (sqrt(K) temperature) kept apart (simlab.core.tiled)."""
+    q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
+    q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
+    factor = knobs["k_scale"] / (jnp.sqrt(jnp.asarray(spec.d_head, q.dtype)) * knobs["temperature"])
+    b, t = q.shape[:2]
+    rs = tiled.attend(
+        tiling,
+        lambda qx, kx: jnp.einsum("nrhk,nshk->nhrs", qx, kx),
+        factor,
+        q.reshape(b, tiling.blocks, tiling.rows, *q.shape[2:]),
+        k,
+        jnp.swapaxes(v, 1, 2),
+        p["wo"],
+        spec.causal,
+    )
+    k_mean = knobs["k_scale"] * jnp.mean(k, axis=(0, 1)) + knobs["k_shift"] * u_k_HK
+    return Attn(rs.out + p["bo"], rs.entropy, rs.max, jnp.mean(q, axis=(0, 1)), k_mean, None)
+
+
+def token_wise(spec: BlockSpec, p, x_BTD, attn_BTD, knobs):
+    """Everything after the attention sub-layer (residuals, norms, MLP): token by token."""
+    return BLOCKS[spec.kind].token_wise(spec, p, x_BTD, attn_BTD, knobs)
+
+
+# ------------------------------------------------------------------------------ the kinds
+def _ln1(spec: BlockSpec, p, x_BTD):
+    return attention.layer_norm(x_BTD, p["ln1_g"], p["ln1_b"], spec.ln_eps)
+
+
+def _ln2(spec: BlockSpec, p, h_BTD):
+    return attention.layer_norm(h_BTD, p["ln2_g"], p["ln2_b"], spec.ln_eps)
+
+
+def _unchanged(spec: BlockSpec, p, x_BTD):
+    return x_BTD
+
+
+def _attention_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+    h = knobs["attn_residual"] * x_BTD + attn_BTD
+    return knobs["mlp_residual"] * h + mlp(spec, p, h) if spec.mlp else h
+
+
+def _post_ln_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+    h = _ln1(spec, p, knobs["attn_residual"] * x_BTD + attn_BTD)
+    return _ln2(spec, p, knobs["mlp_residual"] * h + mlp(spec, p, h)) if spec.mlp else h
+
+
+def _pre_ln_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+    h = knobs["attn_residual"] * x_BTD + attn_BTD
+    return knobs["mlp_residual"] * h + mlp(spec, p, _ln2(spec, p, h)) if spec.mlp else h
+
+
+def _parallel_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+    h = knobs["attn_residual"] * x_BTD + attn_BTD
+    return h + mlp(spec, p, _ln1(spec, p, x_BTD)) if spec.mlp else h
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockKind:
+    """One block wiring. attn_input(spec, p, x): what the projections see;
+    token_wise(spec, p, x, attn, knobs): the rest of the layer, token by token.
+    norm_before_projections: the projections see a norm of x, so layer 0's projections cannot
+    be hoisted by linearity (simlab.core.lab). norm_after_attention: the token-wise part holds a
+    LayerNorm even without the MLP (then it runs over tiles, like the MLP).
+    mlp_residual: the knob m scales a skip around the MLP (else m is inert for this kind)."""
+
+    name: str
+    attn_input: Callable
+    token_wise: Callable
+    norm_before_projections: bool
+    norm_after_attention: bool
+    formula: str
+    mlp_residual: bool = True
+
+
+BLOCKS: dict[str, BlockKind] = {
+    k.name: k
+    for k in (
+        BlockKind(
+            "attention",
+            _unchanged,
+            _attention_token_wise,
+            False,
+            False,
+            "h = a x + Attn(x); y = m h + MLP(h)",
+        ),
+        BlockKind(
+            "post_ln",
+            _unchanged,
+            _post_ln_token_wise,
+            False,
+            True,
+            "h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
+        ),
+        BlockKind(
+            "pre_ln",
+            _ln1,
+            _pre_ln_token_wise,
+            True,
+            False,
+            "h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
+        ),
+        BlockKind(
+            "parallel",
+            _ln1,
+            _parallel_token_wise,
+            True,
+            False,
+            "y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
+            mlp_residual=False,
+        ),
+    )
+}
+
+
+def layer_apply(
+    spec: BlockSpec,
+    p,
+    x_BTD,
+    knobs: Mapping[str, jax.Array],
+    u_q_HK,
+    u_k_HK,
+    tiling: tiled.Tiling | None = None,
+    qkv_pre=None,
+    attention_fn: Callable[[], Attn] | None = None,
+) -> Layer:
+    """One block. tiling None: the plain attention (the oracle), else the tiled one.
+    `qkv_pre` = (q, k, v) already projected (hoisted by the lab); `attention_fn()` replaces the
+    whole attention sub-layer (simlab.core.factored)."""
+    if attention_fn is not None:
+        at = attention_fn()
+    else:
+        q, k, v = qkv(p, attn_input(spec, p, x_BTD)) if qkv_pre is None else qkv_pre
+        at = (
+            plain_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK)
+            if tiling is None
+            else tiled_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK, tiling)
+        )
+    if tiling is None or not (spec.mlp or BLOCKS[spec.kind].norm_after_attention):
+        y = token_wise(spec, p, x_BTD, at.out, knobs)  # a x + attn: one elementwise pass
+    else:
+        y = tiled.by_tokens(tiling, lambda xa: token_wise(spec, p, *xa, knobs), (x_BTD, at.out))
+    return Layer(x_BTD, at.out, y, at.row_entropy, at.row_max, at.q_mean, at.k_mean, at.full)
+
+
+def stack_apply(
+    spec: BlockSpec,
+    params,
+    x_BTD,
+    knobs,
+    u_q_LHK,
+    u_k_LHK,
+    observe: Callable[[Layer], object] = lambda l: l,
+    tiling=None,
+    qkv0=None,
+    attention_fn0=None,
+):
+    """Apply spec.depth layers (params stacked on a leading layer axis).
+
+    Returns (y, observed) with observed = observe(layer) stacked over a leading layer axis.
+    `qkv0` optionally gives layer 0's hoisted projections and `attention_fn0` its attention
+    (see layer_apply). Layers 1.. run in a lax.scan.
+    """
+    first = jax.tree.map(lambda a: a[0], params)
+    l0 = layer_apply(spec, first, x_BTD, knobs, u_q_LHK[0], u_k_LHK[0], tiling, qkv0, attention_fn0)
+    obs0 = jax.tree.map(lambda a: a[None], observe(l0))
+    if spec.depth == 1:
+        return l0.y, obs0
+
+    def body(x, layer):
+        p, uq, uk = layer
+        lo = layer_apply(spec, p, x, knobs, uq, uk, tiling)
+        return lo.y, observe(lo)
+
+    rest = jax.tree.map(lambda a: a[1:], (params, u_q_LHK, u_k_LHK))
+    y, obs = jax.lax.scan(body, l0.y, rest)
+    return y, jax.tree.map(lambda a, b: jnp.concatenate([a, b]), obs0, obs)

@@ -1,0 +1,130 @@
+"""The traced knobs: floats that a sweep varies without recompiling (docs/design.md,
+"Vocabulary"), in one registry.
+
+KNOBS: name -> Knob(default, allowed range, meaning, `inert`). `inert(block, inputs)` returns
+why the knob has no effect for that block and input spec, or None when it has one; sweeping an
+inert knob, or fixing it away from its default, is a user error (simlab.core.lab.Lab.check_knobs).
+The names are part of the interface (TOML [knobs], axes, `knob_arrays`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from simlab.errors import ConfigError
+
+
+def _always(block, inputs) -> str | None:
+    return None
+
+
+def _reads_input_corr(block, inputs) -> str | None:
+    from simlab.core.inputs import INPUTS
+
+    return (
+        None
+        if "input_corr" in INPUTS[inputs.kind].knobs
+        else f"inputs.kind {inputs.kind!r} has no input_corr"
+    )
+
+
+def _has_mlp_skip(block, inputs) -> str | None:
+    from simlab.core.block import BLOCKS
+
+    if not block.mlp:
+        return "block.mlp is false"
+    if not BLOCKS[block.kind].mlp_residual:
+        return f"block.kind {block.kind!r} has no skip around the MLP alone"
+    return None
+
+
+def _has_qk_norm(block, inputs) -> str | None:
+    return None if block.qk_norm != "none" else "block.qk_norm is 'none'"
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One traced knob: default, allowed range [low, high] ((low, high] when open_low)."""
+
+    name: str
+    default: float
+    low: float
+    high: float
+    meaning: str
+    open_low: bool = False
+    inert: Callable[[Any, Any], str | None] = _always
+
+    def check(self, value: Any, where: str = "knobs") -> float:
+        """The value as a float; a ConfigError naming the field and the range otherwise."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}.{self.name}: must be a number, got {value!r}")
+        v = float(value)
+        ok = (
+            math.isfinite(v)
+            and (self.low < v if self.open_low else self.low <= v)
+            and v <= self.high
+        )
+        if not ok:
+            left = "(" if self.open_low else "["
+            raise ConfigError(
+                f"{where}.{self.name}: {value!r} is outside the allowed range "
+                f"{left}{self.low:g}, {self.high:g}]"
+            )
+        return v
+
+
+INF = math.inf
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("q_scale", 1.0, 0.0, INF, "multiplies every query (after QK-norm)"),
+        Knob("k_scale", 1.0, 0.0, INF, "multiplies every key (after QK-norm)"),
+        Knob("q_shift", 0.0, 0.0, INF, "norm of a common vector added to every query of a head"),
+        Knob("k_shift", 0.0, 0.0, INF, "norm of a common vector added to every key of a head"),
+        Knob(
+            "temperature",
+            1.0,
+            0.0,
+            INF,
+            "logits = q.k / (sqrt(d_head) * temperature)",
+            open_low=True,
+        ),
+        Knob("drift_norm", 0.0, 0.0, INF, "norm N of the common input bias b"),
+        Knob(
+            "input_corr",
+            0.0,
+            0.0,
+            1.0,
+            "within-sequence correlation p of the inputs",
+            inert=_reads_input_corr,
+        ),
+        Knob("attn_residual", 1.0, -INF, INF, "skip strength a around attention"),
+        Knob("mlp_residual", 1.0, -INF, INF, "skip strength m around the MLP", inert=_has_mlp_skip),
+        Knob("qk_norm_gain", 1.0, 0.0, INF, "gain after QK-norm", inert=_has_qk_norm),
+    )
+}
+KNOB_NAMES: tuple[str, ...] = tuple(KNOBS)
+KNOB_DEFAULTS: dict[str, float] = {n: k.default for n, k in KNOBS.items()}
+
+
+def check_knob(name: str, value: Any, where: str = "knobs") -> float:
+    """Validate one knob value; return it as a float."""
+    if name not in KNOBS:
+        raise ConfigError(f"{where}.{name}: unknown knob; allowed: {', '.join(KNOB_NAMES)}")
+    return KNOBS[name].check(value, where)
+
+
+def resolve_knobs(fixed: Mapping[str, Any] | None, where: str = "knobs") -> dict[str, float]:
+    """Defaults overridden by `fixed`, each validated."""
+    out = dict(KNOB_DEFAULTS)
+    for k, v in (fixed or {}).items():
+        out[k] = check_knob(k, v, where)
+    return out
+
+
+def inert_knobs(block, inputs) -> dict[str, str]:
+    """Knob -> why it has no effect for this block and input spec (only the inert ones)."""
+    return {n: why for n, k in KNOBS.items() if (why := k.inert(block, inputs)) is not None}

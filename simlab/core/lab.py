@@ -1,0 +1,216 @@
+"""The lab: a block spec plus an input spec, as the two pure functions a sweep needs.
+
+  state = lab.seed_state(key)      once per seed: weights, input components, the random
+                                   shift directions, and (hoisted) layer-0 projections
+  out = lab.point(state, knobs)    per grid point: metric name -> () or (depth,) array
+
+Common random numbers (docs/design.md): everything random comes from `key`, so every grid point
+of a seed sees the same weights, tokens and directions. Hoisting: the inputs are
+x = sum_c coef_c(knobs) X_c (see simlab.core.inputs), so when no norm sits between x and the
+projections (a block kind without `norm_before_projections`, simlab.core.block.BLOCKS), layer 0's
+q, k, v are sum_c coef_c (X_c W) + b, with X_c W computed once per seed (`hoist`). Without
+QK-norm the layer-0 logits further factor into per-seed matrices (`factor`,
+simlab.core.factored). The attention runs in tiles (simlab.core.tiled; `Lab.tiling`, from the
+sizes alone) on every engine path. Lab(hoist=False, factor=False, tiled=False) is the plain
+path: the same math with nothing hoisted and the full attention weights (the oracle).
+
+The protocol the sweep engine relies on: seed_state, point, metric_names; optionally
+check_knobs (refuse inert knobs), default_micro_batch and point_bytes (sizes, for the layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from simlab.core import attention, block, factored, inputs
+from simlab.core.init import draws, init_params, param_shapes
+from simlab.core.knobs import KNOB_DEFAULTS, inert_knobs
+from simlab.core.metrics import METRIC_NAMES, layer_metrics, needs_full_weights
+from simlab.core.spec import BlockSpec, InputSpec
+from simlab.core.tiled import Tiling, choose_tiling
+from simlab.errors import ConfigError
+
+# Working set of a micro-batch (Lab.default_micro_batch): large points run best one per call,
+# tiny blocks need many points per call (docs/performance.md, "Findings cited in the code").
+MICRO_BATCH_BYTES = 16 << 20
+
+
+class Lab:
+    """A block spec and an input spec; `metrics` selects what `point` returns (None = all).
+    hoist: layer-0 projections per seed (when no norm precedes them); factor: layer-0 logits
+    from per-seed score matrices (needs hoist, no QK-norm); tiled: tiled attention (the fast
+    paths need it; off when a requested metric reads the full weights); all False: the plain
+    oracle. tile_elements: logits per tile (default simlab.core.tiled.TILE_ELEMENTS; tests use
+    small tiles so that every tile loop runs)."""
+
+    def __init__(
+        self,
+        block: BlockSpec,
+        inputs: InputSpec,
+        metrics: Iterable[str] | None = None,
+        hoist: bool = True,
+        factor: bool = True,
+        tiled: bool = True,
+        tile_elements: int | None = None,
+    ):
+        from simlab.core.block import BLOCKS
+
+        self.block = block.validate()
+        self.inputs = inputs.validate()
+        names = tuple(METRIC_NAMES if metrics is None else metrics)
+        for n in names:
+            if n not in METRIC_NAMES:
+                raise ConfigError(
+                    f"sweep.metrics: unknown metric {n!r}; allowed: {', '.join(METRIC_NAMES)}"
+                )
+        if not names:
+            raise ConfigError("sweep.metrics: must name at least one metric")
+        self.metric_names = names
+        self.hoist = hoist and not BLOCKS[block.kind].norm_before_projections
+        self.tiled = tiled and not needs_full_weights(names)
+        self.factor = factor and self.hoist and self.tiled and block.qk_norm == "none"
+        self.tiling = (
+            choose_tiling(inputs.batch, inputs.length, block.n_heads, inputs.length, tile_elements)
+            if self.tiled
+            else None
+        )
+
+    def point_bytes(self) -> int:
+        """Working set of one grid point, estimated from the sizes alone (float32 bytes): the
+        logits of one tile three times over (scores, exponentials, their products) and a dozen
+        (B, T, D) activations plus the MLP's two (B, T, F)."""
+        b, t, d = self.inputs.batch, self.inputs.length, self.block.d_model
+        tile = self.tiling if self.tiling is not None else Tiling(b, t, b, t)  # plain: all
+        logits = tile.seqs * tile.rows * self.block.n_heads * t
+        hidden = 2 * self.block.mlp_ratio * d if self.block.mlp else 0
+        return 4 * (3 * logits + b * t * (12 * d + hidden))
+
+    def default_micro_batch(self) -> int:
+        """Points vmapped together when sweep.micro_batch is not given: the largest power of two
+        <= 64 whose working set stays within MICRO_BATCH_BYTES (1 at the paper's size). Sizes
+        only, never the machine, so the numbers stay reproducible (the micro-batch is part of
+        the arithmetic)."""
+        n = max(1, min(64, MICRO_BATCH_BYTES // self.point_bytes()))
+        return 1 << (n.bit_length() - 1)
+
+    def inert_knobs(self) -> dict[str, str]:
+        """Knobs without effect for this spec (sweeping them is a user error) -> why."""
+        return inert_knobs(self.block, self.inputs)
+
+    def check_knobs(self, swept: Iterable[str], fixed: Mapping[str, float]) -> None:
+        """Refuse an axis or a non-default fixed value on a knob without effect."""
+        inert = self.inert_knobs()
+        for k in swept:
+            if k in inert:
+                raise ConfigError(
+                    f"axes: knob {k!r} has no effect for this block/inputs ({inert[k]})"
+                )
+        for k, v in fixed.items():
+            if k in inert and v != KNOB_DEFAULTS[k]:
+                raise ConfigError(f"knobs.{k}: has no effect for this block/inputs ({inert[k]})")
+
+    def seed_state(self, key) -> dict:
+        """Everything per seed: params (stacked), input components, directions, projections."""
+        spec = self.block
+        shape = ((spec.depth, spec.n_heads, spec.d_head), "normal")
+        kind = "uniform" if spec.init == "glorot" else "normal"
+        # one threefry call for every random number of the seed (simlab.core.init.draws)
+        wanted = {
+            **{f"p.{n}": (s, kind) for n, s in param_shapes(spec).items()},
+            "d.u_q": shape,
+            "d.u_k": shape,
+            **{f"x.{n}": s for n, s in inputs.noise_shapes(self.inputs, spec.d_model).items()},
+        }
+        z = draws(jax.random.fold_in(key, 0), wanted)
+
+        def part(tag):
+            return {n[2:]: v for n, v in z.items() if n[:2] == tag}
+
+        dirs = part("d.")
+        state = {
+            "params": init_params(spec, noise=part("p.")),
+            "comps": inputs.components(
+                self.inputs, spec.d_model, noise=part("x."), t_key=jax.random.fold_in(key, 1)
+            ),
+            **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()},
+        }
+        if self.hoist:
+            p0 = jax.tree.map(lambda a: a[0], state["params"])
+            zero = jnp.zeros_like(p0["bq"])
+            proj = {
+                c: tuple(attention.project(p0[w], zero, x) for w in ("wq", "wk", "wv"))
+                for c, x in state["comps"].items()
+            }
+            if self.factor:
+                state["factored"] = factored.hoist(
+                    p0, state["comps"], proj, state["u_q"][0], self.tiling, self._varying()
+                )
+            else:
+                state["proj"] = proj
+        return state
+
+    def _varying(self) -> str:
+        return inputs.INPUTS[self.inputs.kind].varying
+
+    def inputs_of(self, state, knobs):
+        """x = sum_c coef_c X_c, broadcast to (B, T, D)."""
+        coefs = inputs.coefficients(self.inputs.kind, knobs)
+        x = inputs.combine(state["comps"], coefs)
+        shape = (self.inputs.batch, self.inputs.length, self.block.d_model)
+        return jnp.broadcast_to(x, shape), coefs
+
+    def point(self, state, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+        """Metrics at one grid point. knobs: every name of simlab.core.knobs.KNOBS -> scalar."""
+        x, coefs = self.inputs_of(state, knobs)
+        qkv0 = attention_fn0 = None
+        p0 = jax.tree.map(lambda a: a[0], state["params"])
+        if self.factor:
+
+            def attention_fn0():
+                return factored.attention(
+                    state["factored"],
+                    coefs,
+                    knobs,
+                    p0,
+                    state["u_q"][0],
+                    state["u_k"][0],
+                    self.block.d_head,
+                    self.block.causal,
+                    self.tiling,
+                    self._varying(),
+                )
+        elif self.hoist:
+            qkv0 = tuple(
+                jnp.broadcast_to(
+                    sum(coefs[c] * state["proj"][c][i] for c in coefs) + p0[b],
+                    x.shape[:2] + p0[b].shape,
+                )
+                for i, b in enumerate(("bq", "bk", "bv"))
+            )
+        _, obs = block.stack_apply(
+            self.block,
+            state["params"],
+            x,
+            knobs,
+            state["u_q"],
+            state["u_k"],
+            self._observe,
+            self.tiling,
+            qkv0,
+            attention_fn0,
+        )
+        return obs if self.block.depth > 1 else jax.tree.map(lambda a: a[0], obs)
+
+    def _observe(self, layer: block.Layer):
+        return layer_metrics(self.metric_names, self.block.causal, layer)
+
+
+def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:
+    """Defaults overridden by `knobs`, as scalars of `dtype` (None: jax's default float dtype,
+    float64 under JAX_ENABLE_X64)."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    full = dict(KNOB_DEFAULTS, **knobs)
+    return {k: jnp.asarray(v, dtype) for k, v in full.items()}

@@ -1,0 +1,221 @@
+"""Exact metrics as pure functions of a block's intermediates.
+
+Anisotropy (mean pairwise cosine over distinct pairs, Ethayarajh 2019; Godey et al. 2024)
+is computed exactly in O(n d) from unit vectors u_i = x_i / |x_i|:
+    cos = (|sum_i u_i|^2 - sum_i |u_i|^2) / (n (n - 1)).
+A zero vector has u_i = 0: its cosine with every other vector counts as 0, and it still
+counts in the n (n - 1) pairs (so n zero vectors give 0, not NaN).
+
+The metrics are one registry, METRICS: name -> Metric(function of the layer, the `Layer`
+fields it reads, its definition). A metric reading "full" (the full attention weights) makes
+the Lab take the plain path; none does today. A new metric is one entry (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from simlab.core import attention
+from simlab.core.linalg import top_eigenvalue
+
+
+def unit_vectors(x):
+    """x / |x| along the last axis; zero rows stay zero. Rescaled by max|x| first so that
+    |x|^2 cannot overflow for huge drifts."""
+    m = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
+    xs = x / jnp.where(m > 0, m, 1.0)
+    n = jnp.linalg.norm(xs, axis=-1, keepdims=True)
+    return jnp.where(n > 0, xs / jnp.where(n > 0, n, 1.0), 0.0)
+
+
+def mean_pairwise_cos(x_ND):
+    """Mean cosine over the n (n - 1) ordered distinct pairs of rows of x (..., n, d)."""
+    u = unit_vectors(x_ND)
+    n = x_ND.shape[-2]
+    s = jnp.sum(u, axis=-2)
+    num = jnp.sum(s * s, axis=-1) - jnp.sum(u * u, axis=(-2, -1))
+    return num / (n * (n - 1))
+
+
+def anisotropy(x_BTD):
+    """(global cosine over all B*T tokens, mean over sequences of the within-sequence cosine),
+    from one pass of unit vectors: per sequence s_b = sum_t u_bt and q_b = sum_t |u_bt|^2;
+    global (|sum_b s_b|^2 - sum_b q_b) / (n (n - 1)), n = B T; within (|s_b|^2 - q_b) /
+    (T (T - 1)). Counts in float (no int32 overflow of n (n - 1) for large n)."""
+    b, t, _ = x_BTD.shape
+    u = unit_vectors(x_BTD)
+    # the barrier keeps XLA from fusing the per-sequence sums (and so the unit vectors) into
+    # each of their consumers (docs/performance.md, "Engine changes", item 4).
+    s_BD, q_B = jax.lax.optimization_barrier((jnp.sum(u, axis=1), jnp.sum(u * u, axis=(1, 2))))
+    s_D = jnp.sum(s_BD, axis=0)
+    n = float(b * t)
+    glob = (jnp.sum(s_D * s_D) - jnp.sum(q_B)) / (n * (n - 1.0))
+    within = (jnp.sum(s_BD * s_BD, axis=-1) - q_B) / (float(t) * (t - 1.0))
+    return glob, jnp.mean(within)
+
+
+def _row_weights(t: int, s: int, causal: bool):
+    """Number of attended keys per query row and which rows count for the entropy."""
+    n_keys = jnp.minimum(jnp.arange(1, t + 1), s) if causal else jnp.full((t,), s)
+    return n_keys, n_keys > 1
+
+
+def entropy_of_rows(h_BHT, keys: int, causal: bool):
+    """Mean over rows of H_i / log(n_i) from per-row entropies H_i in nats (B, H, T), n_i the
+    number of attended keys: 1 = uniform, 0 = one-hot. Rows with a single attended key (the
+    first causal row) are excluded."""
+    b, h, t = h_BHT.shape
+    n_keys, valid = _row_weights(t, keys, causal)
+    norm = jnp.log(jnp.where(valid, n_keys, 2).astype(h_BHT.dtype))
+    h_BHT = jnp.where(valid, h_BHT / norm, 0.0)
+    return jnp.sum(h_BHT) / (jnp.sum(valid) * b * h)
+
+
+def attn_entropy(w_BHTS, causal: bool):
+    """Mean over rows of H(w_i) / log(n_i) of full weights (B, H, T, S); 0 log 0 = 0."""
+    return entropy_of_rows(attention.row_entropy(w_BHTS), w_BHTS.shape[-1], causal)
+
+
+def attn_max(w_BHTS):
+    """Mean over all rows of max_j w_ij."""
+    return jnp.mean(jnp.max(w_BHTS, axis=-1))
+
+
+def stable_rank(y_BTD):
+    """Mean over sequences of ||Y||_F^2 / ||Y||_2^2 (Y: T x D); ||Y||_2^2 is the top eigenvalue
+    of the smaller Gram matrix (`top_eigenvalue`: exact up to 64 x 64, Lanczos beyond, converged
+    to float32 rounding). A zero Y counts as stable rank 0."""
+    _, t, d = y_BTD.shape
+    m = jnp.max(jnp.abs(y_BTD), axis=(-2, -1), keepdims=True)
+    y = y_BTD / jnp.where(m > 0, m, 1.0)
+    gram = jnp.einsum("btd,bsd->bts", y, y) if t <= d else jnp.einsum("btd,bte->bde", y, y)
+    top = top_eigenvalue(gram)
+    fro = jnp.sum(y * y, axis=(-2, -1))
+    return jnp.mean(jnp.where(top > 0, fro / jnp.where(top > 0, top, 1.0), 0.0))
+
+
+def residual_ratio(a_BTD, x_BTD):
+    """mean_i |a_i| / |x_i| over all B * T tokens (0 where x_i = 0). Both norms are taken
+    after dividing by max_d |x_i| so that |x|^2 cannot overflow."""
+    m = jnp.max(jnp.abs(x_BTD), axis=-1, keepdims=True)
+    m = jnp.where(m > 0, m, 1.0)
+    na = jnp.linalg.norm(a_BTD / m, axis=-1)
+    nx = jnp.linalg.norm(x_BTD / m, axis=-1)
+    return jnp.mean(jnp.where(nx > 0, na / jnp.where(nx > 0, nx, 1.0), 0.0))
+
+
+def qk_drift(q_BTHK, k_BSHK):
+    """Per head: the mean query and mean key over all tokens of the batch; returns the
+    head averages of |mean q|, |mean k| and cos(mean q, mean k) (0 if either is zero)."""
+    return qk_mean_stats(jnp.mean(q_BTHK, axis=(0, 1)), jnp.mean(k_BSHK, axis=(0, 1)))
+
+
+def qk_mean_stats(mq_HK, mk_HK):
+    """Head averages of |mean q|, |mean k| and cos(mean q, mean k) from the means (H, K)."""
+    nq, nk = jnp.linalg.norm(mq_HK, axis=-1), jnp.linalg.norm(mk_HK, axis=-1)
+    dot = jnp.sum(unit_vectors(mq_HK) * unit_vectors(mk_HK), axis=-1)
+    return jnp.mean(nq), jnp.mean(nk), jnp.mean(dot)
+
+
+class Shared:
+    """What several metrics of one layer share, computed once: the anisotropy of a field."""
+
+    def __init__(self, layer, causal: bool):
+        self.layer, self.causal, self._cos = layer, causal, {}
+
+    def cos(self, field: str):
+        """(global, within-sequence) mean pairwise cosine of layer.<field> (B, T, D)."""
+        if field not in self._cos:
+            self._cos[field] = anisotropy(getattr(self.layer, field))
+        return self._cos[field]
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One metric: fn(Shared) -> () array, the Layer fields it reads, its definition."""
+
+    name: str
+    fn: Callable[[Shared], jax.Array]
+    reads: tuple[str, ...]
+    doc: str
+
+
+def _cos_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
+    return (
+        Metric(
+            f"{tag}_cos",
+            lambda c: c.cos(field)[0],
+            (field,),
+            f"mean pairwise cosine over the n(n-1) distinct pairs of all B*T tokens of {what}",
+        ),
+        Metric(
+            f"{tag}_cos_within",
+            lambda c: c.cos(field)[1],
+            (field,),
+            f"the same within each sequence, averaged over sequences ({what})",
+        ),
+    )
+
+
+def _qk(i: int):
+    return lambda c: qk_mean_stats(c.layer.q_mean, c.layer.k_mean)[i]
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        *_cos_metrics("input", "x", "the layer input"),
+        *_cos_metrics(
+            "attn", "attn", "the attention sub-layer output (after W_O, before the residual)"
+        ),
+        *_cos_metrics("out", "y", "the block output"),
+        Metric(
+            "attn_entropy",
+            lambda c: entropy_of_rows(c.layer.row_entropy, c.layer.x.shape[1], c.causal),
+            ("row_entropy",),
+            "mean over rows of H(w_i) / log(n_i): 1 uniform, 0 one-hot",
+        ),
+        Metric(
+            "attn_max",
+            lambda c: jnp.mean(c.layer.row_max),
+            ("row_max",),
+            "mean over rows of max_j w_ij",
+        ),
+        Metric(
+            "stable_rank",
+            lambda c: stable_rank(c.layer.y),
+            ("y",),
+            "per sequence ||Y||_F^2 / ||Y||_2^2 of the output, averaged",
+        ),
+        Metric(
+            "attn_residual_ratio",
+            lambda c: residual_ratio(c.layer.attn, c.layer.x),
+            ("attn", "x"),
+            "mean over tokens of |Attn_i| / |x_i|: the attention update against its input",
+        ),
+        Metric("q_mean_norm", _qk(0), ("q_mean",), "per head |mean shaped query|, averaged"),
+        Metric("k_mean_norm", _qk(1), ("k_mean",), "per head |mean shaped key|, averaged"),
+        Metric(
+            "qk_mean_cos",
+            _qk(2),
+            ("q_mean", "k_mean"),
+            "per head cos(mean query, mean key) (0 if one is zero), averaged",
+        ),
+    )
+}
+METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+
+
+def needs_full_weights(names) -> bool:
+    """True when a requested metric reads the full attention weights (Layer.full)."""
+    return any("full" in METRICS[n].reads for n in names)
+
+
+def layer_metrics(names, causal: bool, layer) -> dict[str, jax.Array]:
+    """The requested metrics of one layer (simlab.core.block.Layer)."""
+    shared = Shared(layer, causal)
+    return {n: METRICS[n].fn(shared) for n in names}

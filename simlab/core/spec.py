@@ -1,0 +1,132 @@
+"""Static structure (specs), with validation.
+
+A spec is hashable and decides what is compiled (docs/design.md, "Vocabulary"); the traced
+knobs are in simlab.core.knobs. Every check names the field and the allowed range and raises
+`ConfigError`, which the CLI turns into exit code 2 before any compute. The allowed kinds come
+from the registries (simlab.core.block.BLOCKS, simlab.core.inputs.INPUTS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from simlab.errors import ConfigError
+
+
+def check_choice(where: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+    return value
+
+
+def check_int(where: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ConfigError(f"{where}: {value} is outside the allowed range {rng}")
+    return value
+
+
+def check_positive(where: str, value: Any, lo: float = 0.0, strict: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
+    if (value <= lo) if strict else (value < lo):
+        raise ConfigError(f"{where}: {value!r} must be {'>' if strict else '>='} {lo:g}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """Static structure of a block (or a depth-`depth` stack of independent blocks).
+
+    kind: a key of simlab.core.block.BLOCKS (the wiring; each entry states its formula).
+    Set the knob attn_residual = 0 to study the bare attention sub-layer.
+    """
+
+    kind: str = "post_ln"
+    d_model: int = 768
+    n_heads: int = 12
+    mlp: bool = True
+    mlp_ratio: int = 4
+    activation: str = "gelu"
+    causal: bool = False
+    qk_norm: str = "none"  # "none" | "layernorm" | "rmsnorm" (per head, on q and k)
+    depth: int = 1
+    init: str = "bert"  # "bert" | "glorot" | "fan_in"
+    init_sigma: float = 1.0  # for init = "fan_in": N(0, sigma^2 / fan_in)
+    ln_eps: float = 1e-12  # BERT's LayerNorm epsilon
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self, where: str = "block") -> BlockSpec:
+        from simlab.core.block import BLOCKS
+
+        check_choice(f"{where}.kind", self.kind, tuple(BLOCKS))
+        check_int(f"{where}.d_model", self.d_model, 1, 1 << 16)
+        check_int(f"{where}.n_heads", self.n_heads, 1, self.d_model)
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"{where}.n_heads: {self.n_heads} must divide d_model={self.d_model}")
+        if not isinstance(self.mlp, bool):
+            raise ConfigError(f"{where}.mlp: must be true or false, got {self.mlp!r}")
+        check_int(f"{where}.mlp_ratio", self.mlp_ratio, 1, 64)
+        check_choice(f"{where}.activation", self.activation, ("gelu", "relu"))
+        if not isinstance(self.causal, bool):
+            raise ConfigError(f"{where}.causal: must be true or false, got {self.causal!r}")
+        check_choice(f"{where}.qk_norm", self.qk_norm, ("none", "layernorm", "rmsnorm"))
+        check_int(f"{where}.depth", self.depth, 1, 256)
+        check_choice(f"{where}.init", self.init, ("bert", "glorot", "fan_in"))
+        check_positive(f"{where}.init_sigma", self.init_sigma)
+        check_positive(f"{where}.ln_eps", self.ln_eps)
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """Static description of the input distribution (shape batch x length x d_model).
+
+    kind: a key of simlab.core.inputs.INPUTS (each entry documents its distribution and the
+    fields below that it reads). Every kind then gets the drift b = drift_norm * u_b (unit
+    u_b per seed).
+    """
+
+    kind: str = "embedding"
+    batch: int = 16
+    length: int = 512
+    vocab: int = 30522
+    embed_std: float = 0.02
+    token_dist: str = "uniform"  # "uniform" | "zipf"
+    zipf_s: float = 1.1
+    sigma: float = 1.0
+    alpha: float = 1.0
+    nu: float = 3.0
+
+    def validate(self, where: str = "inputs") -> InputSpec:
+        from simlab.core.inputs import INPUTS
+
+        check_choice(f"{where}.kind", self.kind, tuple(INPUTS))
+        check_int(f"{where}.batch", self.batch, 1, 1 << 16)
+        check_int(f"{where}.length", self.length, 2, 1 << 20)
+        check_int(f"{where}.vocab", self.vocab, 2, 1 << 24)
+        check_positive(f"{where}.embed_std", self.embed_std)
+        check_choice(f"{where}.token_dist", self.token_dist, ("uniform", "zipf"))
+        check_positive(f"{where}.zipf_s", self.zipf_s)
+        check_positive(f"{where}.sigma", self.sigma)
+        check_positive(f"{where}.alpha", self.alpha, strict=False)
+        check_positive(f"{where}.nu", self.nu, lo=2.0)
+        return self
+
+
+def spec_from_dict(cls, d: Mapping[str, Any] | None, where: str):
+    """Build a frozen spec from a TOML table, refusing unknown fields."""
+    d = dict(d or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in d:
+        if k not in names:
+            raise ConfigError(f"{where}.{k}: unknown field; allowed: {', '.join(sorted(names))}")
+    return cls(**d).validate(where)

@@ -1,0 +1,368 @@
+"""Sweep configuration: TOML tables -> a validated `SweepConfig` (docs/design.md, "Flow of
+one sweep").
+
+A config file has the tables
+  [block]    fields of spec.BlockSpec          [inputs]  fields of spec.InputSpec
+  [knobs]    fixed knob values (the rest take their defaults, simlab.core.knobs.KNOBS)
+  [[axes]]   name, knobs (default [name]), and either space = "log" | "lin" with start, stop,
+             num, or values = [...]
+  [sweep]    seeds, base_seed, micro_batch, chunk_size, memory_budget_mb, metrics,
+             matmul_precision
+Every check names the field (e.g. "axes[1].stop") and raises simlab.errors.ConfigError.
+Experiment TOMLs (experiments/, found by `experiments_dir`) may add a [quick] table of smaller
+sizes, applied by `apply_quick`, and [[figures]] tables (simlab.studies.reproduce).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomllib
+
+from simlab.core import knobs as knob_registry
+from simlab.core import spec
+from simlab.errors import ConfigError
+
+TABLES = ("block", "inputs", "knobs", "axes", "sweep")
+# Keys an experiment TOML may add for `simlab reproduce`; a sweep ignores them.
+EXPERIMENT_KEYS = ("quick", "figures", "experiment")
+AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
+SWEEP_DEFAULTS: dict[str, Any] = {
+    "seeds": 1,
+    "base_seed": 0,
+    "micro_batch": None,
+    "chunk_size": None,
+    "memory_budget_mb": 1024.0,
+    "metrics": None,
+    "matmul_precision": "highest",
+}
+# jax.default_matmul_precision values: "highest" = full float32 matmuls on every backend (GPUs
+# otherwise use TF32 and TPUs bfloat16 passes for float32); "high" (bf16_3x / TF32),
+# "default" (the backend's fastest).
+MATMUL_PRECISIONS = ("highest", "high", "default")
+# Fields that change only memory or speed, never the numbers: left out of the fingerprint.
+NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    """One named grid axis driving one or more knobs with the same values.
+
+    space: "log" | "lin" (values from start, stop, num) or "values" (an explicit list).
+    """
+
+    name: str
+    knobs: tuple[str, ...]
+    space: str
+    values: tuple[float, ...]
+    start: float | None = None
+    stop: float | None = None
+    num: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The axis as a config table (loadable again by `parse_axis`)."""
+        d: dict[str, Any] = {"name": self.name, "knobs": list(self.knobs)}
+        if self.space == "values":
+            d["values"] = list(self.values)
+        else:
+            d.update(space=self.space, start=self.start, stop=self.stop, num=self.num)
+        return d
+
+    def describe(self) -> dict[str, Any]:
+        """{name, knobs, space, values}: the entry of meta.json's "axes" list."""
+        return {
+            "name": self.name,
+            "knobs": list(self.knobs),
+            "space": self.space,
+            "values": list(self.values),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSettings:
+    """The [sweep] table. micro_batch None: derived from the block's size by the lab
+    (simlab.core.lab.Lab.default_micro_batch) and recorded in the resolved config."""
+
+    seeds: int = 1
+    base_seed: int = 0
+    micro_batch: int | None = None
+    chunk_size: int | None = None
+    memory_budget_mb: float = 1024.0
+    metrics: tuple[str, ...] | None = None
+    matmul_precision: str = "highest"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep: block, inputs, fixed knobs (every knob not on an axis), axes, settings."""
+
+    block: spec.BlockSpec
+    inputs: spec.InputSpec
+    knobs: dict[str, float]
+    axes: tuple[Axis, ...]
+    sweep: SweepSettings
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a.values) for a in self.axes)
+
+    @property
+    def n_points(self) -> int:
+        return math.prod(self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical resolved config (JSON-able, loadable again by `load_config`)."""
+        return {
+            "block": dataclasses.asdict(self.block),
+            "inputs": dataclasses.asdict(self.inputs),
+            "knobs": dict(sorted(self.knobs.items())),
+            "axes": [a.to_dict() for a in self.axes],
+            "sweep": {
+                **dataclasses.asdict(self.sweep),
+                "metrics": None if self.sweep.metrics is None else list(self.sweep.metrics),
+            },
+        }
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a `to_dict()` config, without the memory-only fields."""
+    d = json.loads(json.dumps(config))
+    for k in NOT_FINGERPRINTED:
+        d.get("sweep", {}).pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ between two config dicts (fingerprinted only)."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        name = f"{prefix}{k}"
+        if prefix == "sweep." and k in NOT_FINGERPRINTED:
+            continue
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, Mapping) and isinstance(vb, Mapping):
+            out += config_diff(va, vb, name + ".")
+        elif va != vb:
+            out.append(name)
+    return out
+
+
+def default_config_path() -> Path:
+    """Path of the embedded default config (simlab/configs/default.toml)."""
+    return Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+
+
+def experiments_dir() -> Path:
+    """The experiments/ folder: $SIMLAB_EXPERIMENTS if set, else the checkout's (simlab
+    installed with `pip install -e .`), else ./experiments. The one place that looks for it."""
+    env = os.environ.get("SIMLAB_EXPERIMENTS")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parents[2] / "experiments"
+    return checkout if checkout.is_dir() else Path.cwd() / "experiments"
+
+
+QUICK_FIELDS = ("block", "inputs", "sweep", "knobs", "num")
+
+
+def apply_quick(cfg: Mapping[str, Any], quick: Mapping[str, Any] | None, where: str) -> dict:
+    """A config's tables with its [quick] overrides: quick.block / inputs / sweep / knobs update
+    those tables, quick.num sets num on every lin/log axis."""
+    quick = quick or {}
+    unknown = set(quick) - set(QUICK_FIELDS)
+    if unknown:
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}: unknown field; allowed: {', '.join(QUICK_FIELDS)}"
+        )
+    out = copy.deepcopy(dict(cfg))
+    for table in ("block", "inputs", "sweep", "knobs"):
+        if table in quick:
+            out[table] = {**out.get(table, {}), **quick[table]}
+    if "num" in quick:
+        for a in out.get("axes", []):
+            if "num" in a:
+                a["num"] = quick["num"]
+    return out
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error becomes a ConfigError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such config file")
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML: {e}") from None
+
+
+def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> SweepConfig:
+    """Validate a config given as a TOML path, a dict of tables, or a SweepConfig."""
+    if isinstance(source, SweepConfig):
+        return source
+    raw = read_toml(source) if isinstance(source, (str, os.PathLike)) else source
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config: must be a table of tables, got {type(raw).__name__}")
+    for k in raw:
+        if k not in TABLES and k not in EXPERIMENT_KEYS:
+            raise ConfigError(f"{k}: unknown table; allowed: {', '.join(TABLES)}")
+    block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
+    inputs = _floats(spec.spec_from_dict(spec.InputSpec, _table(raw, "inputs"), "inputs"))
+    fixed = _table(raw, "knobs")
+    knobs = knob_registry.resolve_knobs(fixed)
+    axes_raw = raw.get("axes", [])
+    if not isinstance(axes_raw, (list, tuple)) or not axes_raw:
+        raise ConfigError("axes: need at least one [[axes]] table")
+    axes = tuple(parse_axis(a, f"axes[{i}]") for i, a in enumerate(axes_raw))
+    _check_axes(axes, fixed)
+    swept = {k for a in axes for k in a.knobs}
+    fixed_knobs = {k: v for k, v in knobs.items() if k not in swept}
+    return SweepConfig(block, inputs, fixed_knobs, axes, parse_sweep(_table(raw, "sweep")))
+
+
+def parse_axis(d: Any, where: str) -> Axis:
+    """Validate one [[axes]] table; every value is checked against each knob's range."""
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"{where}: must be a table, got {d!r}")
+    for k in d:
+        if k not in AXIS_FIELDS:
+            raise ConfigError(f"{where}.{k}: unknown field; allowed: {', '.join(AXIS_FIELDS)}")
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name: must be a non-empty string, got {name!r}")
+    knobs = d.get("knobs", [name] if name in knob_registry.KNOB_DEFAULTS else None)
+    if knobs is None:
+        raise ConfigError(
+            f"{where}.knobs: required because {name!r} is not a knob; "
+            f"knobs: {', '.join(knob_registry.KNOB_NAMES)}"
+        )
+    if isinstance(knobs, str) or not isinstance(knobs, (list, tuple)) or not knobs:
+        raise ConfigError(f"{where}.knobs: must be a non-empty list of knob names, got {knobs!r}")
+    for k in knobs:
+        if k not in knob_registry.KNOB_DEFAULTS:
+            raise ConfigError(
+                f"{where}.knobs: unknown knob {k!r}; allowed: {', '.join(knob_registry.KNOB_NAMES)}"
+            )
+    if len(set(knobs)) != len(knobs):
+        raise ConfigError(f"{where}.knobs: repeated knob in {list(knobs)}")
+    start, stop, num = d.get("start"), d.get("stop"), d.get("num")
+    if "values" in d:
+        extra = [k for k in ("space", "start", "stop", "num") if k in d]
+        if extra:
+            raise ConfigError(
+                f"{where}.{extra[0]}: give either values or space/start/stop/num, not both"
+            )
+        values = d["values"]
+        if not isinstance(values, (list, tuple)) or not values:
+            raise ConfigError(
+                f"{where}.values: must be a non-empty list of numbers, got {values!r}"
+            )
+        space = "values"
+    else:
+        space = d.get("space")
+        if space not in ("log", "lin"):
+            raise ConfigError(
+                f"{where}.space: {space!r} is not one of 'log', 'lin' (or give values = [...])"
+            )
+        num = spec.check_int(f"{where}.num", num, 1)
+        for field, v in (("start", start), ("stop", stop)):
+            if v is None:
+                raise ConfigError(f"{where}.{field}: required for space = {space!r}")
+            if space == "log":
+                spec.check_positive(f"{where}.{field}", v)
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ConfigError(f"{where}.{field}: must be a finite number, got {v!r}")
+        start, stop = float(start), float(stop)
+        grid = np.geomspace if space == "log" else np.linspace
+        values = grid(start, stop, num).tolist()
+    for k in knobs:
+        for v in values:
+            knob_registry.check_knob(k, v, where)
+    values = tuple(float(v) for v in values)
+    return Axis(name, tuple(knobs), space, values, start, stop, num)
+
+
+def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
+    """Validate the [sweep] table (missing fields take SWEEP_DEFAULTS)."""
+    for k in d:
+        if k not in SWEEP_DEFAULTS:
+            raise ConfigError(f"sweep.{k}: unknown field; allowed: {', '.join(SWEEP_DEFAULTS)}")
+    v = {**SWEEP_DEFAULTS, **{k: x for k, x in d.items() if x is not None}}
+    metrics = v["metrics"]
+    if metrics is not None:
+        if (
+            isinstance(metrics, str)
+            or not isinstance(metrics, (list, tuple))
+            or not metrics
+            or not all(isinstance(m, str) for m in metrics)
+        ):
+            raise ConfigError(
+                f"sweep.metrics: must be a non-empty list of metric names, got {metrics!r}"
+            )
+        if len(set(metrics)) != len(metrics):
+            raise ConfigError(f"sweep.metrics: repeated metric in {list(metrics)}")
+        metrics = tuple(metrics)
+    return SweepSettings(
+        seeds=spec.check_int("sweep.seeds", v["seeds"], 1),
+        base_seed=spec.check_int("sweep.base_seed", v["base_seed"], 0, 2**32 - 1),
+        micro_batch=None
+        if v["micro_batch"] is None
+        else spec.check_int("sweep.micro_batch", v["micro_batch"], 1, 1 << 16),
+        chunk_size=None
+        if v["chunk_size"] is None
+        else spec.check_int("sweep.chunk_size", v["chunk_size"], 1),
+        memory_budget_mb=spec.check_positive("sweep.memory_budget_mb", v["memory_budget_mb"]),
+        metrics=metrics,
+        matmul_precision=spec.check_choice(
+            "sweep.matmul_precision", v["matmul_precision"], MATMUL_PRECISIONS
+        ),
+    )
+
+
+def _check_axes(axes: tuple[Axis, ...], fixed: Mapping[str, Any]) -> None:
+    """Axis names unique; each knob driven by at most one axis and not also fixed in [knobs]."""
+    seen_names: dict[str, int] = {}
+    driver: dict[str, str] = {}
+    for i, a in enumerate(axes):
+        if a.name in seen_names:
+            raise ConfigError(
+                f"axes[{i}].name: {a.name!r} is already the name of axes[{seen_names[a.name]}]"
+            )
+        seen_names[a.name] = i
+        for k in a.knobs:
+            if k in driver:
+                raise ConfigError(
+                    f"axes[{i}].knobs: knob {k!r} is already driven by axis {driver[k]!r}"
+                )
+            driver[k] = a.name
+    for k in fixed:
+        if k in driver:
+            raise ConfigError(f"knobs.{k}: is driven by axis {driver[k]!r}; remove it from [knobs]")
+
+
+def _table(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    t = raw.get(name) or {}
+    if not isinstance(t, Mapping):
+        raise ConfigError(f"{name}: must be a table, got {t!r}")
+    return t
+
+
+def _floats(s):
+    """Store float fields as floats (so `1` and `1.0` give the same fingerprint)."""
+    return dataclasses.replace(
+        s,
+        **{
+            f.name: float(getattr(s, f.name))
+            for f in dataclasses.fields(s)
+            if f.type == "float" and isinstance(getattr(s, f.name), int)
+        },
+    )

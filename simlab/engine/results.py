@@ -1,0 +1,156 @@
+"""Sweep results on disk: `results.npz` + `meta.json`, and the in-memory `Results` view.
+
+Layout of an output directory:
+  results.npz   one array per metric, shape (*axes, seeds[, layer]), plus one coordinate array
+                per axis stored under the key "axis:<name>".
+  meta.json     the full resolved config, versions, devices, wall time, points per second;
+                meta["axes"] is a list of {"name", "knobs", "space", "values"} in axis order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+AXIS_PREFIX = "axis:"
+
+
+@dataclasses.dataclass
+class Results:
+    """A finished sweep.
+
+    axes: ordered name -> coordinates (1-D arrays), in the order of the metric array dims.
+    metrics: name -> array of shape (*axes, seeds[, layer]).
+    meta: the parsed meta.json.
+    """
+
+    axes: OrderedDict[str, np.ndarray]
+    metrics: dict[str, np.ndarray]
+    meta: dict[str, Any]
+
+    @property
+    def seed_axis(self) -> int:
+        return len(self.axes)
+
+    @property
+    def n_seeds(self) -> int:
+        return next(iter(self.metrics.values())).shape[self.seed_axis]
+
+    def axis_space(self, name: str) -> str:
+        """ "lin", "log" or "values" (explicit list) for an axis."""
+        for a in self.meta.get("axes", []):
+            if a["name"] == name:
+                return a.get("space", "values")
+        raise KeyError(name)
+
+    def __getitem__(self, metric: str) -> np.ndarray:
+        if metric not in self.metrics:
+            raise KeyError(f"unknown metric {metric!r}; have: {', '.join(sorted(self.metrics))}")
+        return self.metrics[metric]
+
+    def mean(self, metric: str) -> np.ndarray:
+        """Mean over seeds: shape (*axes[, layer])."""
+        return np.mean(self[metric], axis=self.seed_axis)
+
+    def std(self, metric: str, ddof: int = 1) -> np.ndarray:
+        """Standard deviation over seeds (ddof=1; zeros when there is a single seed)."""
+        x = self[metric]
+        if x.shape[self.seed_axis] < 2:
+            return np.zeros(np.delete(x.shape, self.seed_axis))
+        return np.std(x, axis=self.seed_axis, ddof=ddof)
+
+    def sem(self, metric: str) -> np.ndarray:
+        """Standard error of the seed mean."""
+        return self.std(metric) / np.sqrt(self.n_seeds)
+
+
+def versions(*extra: str) -> dict[str, str]:
+    """Versions of simlab, jax, jaxlib, numpy and python, and of the `extra` distributions
+    (e.g. "flax", "optax", "torch"; absent ones are left out): what meta.json records."""
+    import importlib.metadata
+    import platform
+
+    out = {"python": platform.python_version()}
+    for name in ("simlab", "jax", "jaxlib", "numpy") + extra:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file and os.replace (all or nothing); the file
+    gets the usual permissions (0666 less the umask), not mkstemp's 0600."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def save(
+    out_dir: str | os.PathLike,
+    axes: OrderedDict[str, np.ndarray],
+    metrics: dict[str, np.ndarray],
+    meta: dict[str, Any],
+) -> Results:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = {AXIS_PREFIX + k: np.asarray(v) for k, v in axes.items()}
+    arrays.update({k: np.asarray(v) for k, v in metrics.items()})
+    atomic_save_npz(out / "results.npz", arrays)
+    atomic_write_bytes(
+        out / "meta.json", json.dumps(meta, indent=2, default=_json_default).encode()
+    )
+    return Results(OrderedDict(axes), dict(metrics), meta)
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def load(path: str | os.PathLike) -> Results:
+    """Load a sweep written by `simlab sweep` / `simlab.run_sweep` (a directory or its npz)."""
+    p = Path(path)
+    d = p.parent if p.suffix == ".npz" else p
+    npz, mj = d / "results.npz", d / "meta.json"
+    if not npz.exists() or not mj.exists():
+        raise FileNotFoundError(f"{d}: no finished sweep here (need results.npz and meta.json)")
+    meta = json.loads(mj.read_text())
+    with np.load(npz) as z:
+        arrays = {k: z[k] for k in z.files}
+    order = [a["name"] for a in meta.get("axes", [])]
+    found = [k[len(AXIS_PREFIX) :] for k in arrays if k.startswith(AXIS_PREFIX)]
+    order = [n for n in order if n in found] + [n for n in found if n not in order]
+    axes = OrderedDict((n, arrays.pop(AXIS_PREFIX + n)) for n in order)
+    return Results(axes, arrays, meta)

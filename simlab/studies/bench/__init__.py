@@ -1,0 +1,450 @@
+"""`simlab bench`: the sweep engine against the peers a researcher would otherwise use.
+
+Modules: workloads (what is measured, targets), workers (one measurement per process),
+flops (traced FLOP counts), report (tables), torch_loop (the PyTorch peer).
+
+One run, on the current machine (docs/performance.md), every measurement in a fresh subprocess:
+  peak    float32 GFLOP/s of a large jitted matmul (best of several calls);
+  P1-P5   the engine against a plain PyTorch eager per-point loop (simlab.bench_torch; needs the
+          optional `bench` extra), on drift N x joint q/k scale lambda grids of the paper's
+          protocol. Per workload, in this order: the engine with an empty compilation cache
+          ("cold": what a first run pays), the PyTorch loop, the engine again on the cache it
+          filled ("warm": every later run). Walls include compilation and the per-seed draws,
+          not the Python imports; the ratio is PyTorch wall / engine wall;
+  W1-W3   the engine against the JAX per-point loop (jit(Lab(plain).point) called once per
+          point, weights drawn once per seed; for the paper-size workloads timed on an evenly
+          spaced subset of the points and extrapolated, "~" in the table);
+  W4      the engine's peak memory on grids of 1e3 and 1e5 points (flatness);
+  FLOPs   dot_general FLOPs counted from the traced programs (`traced_flops`: the jaxpr of
+          lab.point after dead-code elimination, loop bodies times their trip count), per point
+          and per seed; executed GFLOP/s = FLOPs / steady-state compute time, also as a fraction
+          of the peak.
+The JSON written under benchmarks/results/ holds every number of the tables plus the machine,
+the versions, the load average before and after (a ratio against PyTorch is only valid on a
+quiet machine: its thread pool slows by up to 25x when the cores are shared), and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from simlab.studies.bench.flops import dot_flops, flop_counts, traced_flops
+from simlab.studies.bench.report import _gf, format_table
+from simlab.studies.bench.workers import _cpu_seconds, _foreign_cpu, machine_info, run_worker
+from simlab.studies.bench.workloads import (
+    CACHED_COMPILE_S,
+    PEERS,
+    QUICK,
+    STAGE_AXES,
+    STAGES,
+    TARGETS,
+    WORKLOADS,
+    peer_config,
+    workload_configs,
+)
+
+__all__ = [
+    "run_bench",
+    "format_table",
+    "flop_counts",
+    "traced_flops",
+    "dot_flops",
+    "run_worker",
+    "peer_config",
+    "workload_configs",
+    "WORKLOADS",
+    "PEERS",
+    "TARGETS",
+    "QUICK",
+    "CACHED_COMPILE_S",
+    "machine_info",
+]
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def default_out_dir() -> Path:
+    """benchmarks/results of the checkout simlab runs from, else of the current directory."""
+    base = ROOT if (ROOT / "benchmarks").is_dir() else Path.cwd()
+    return base / "benchmarks" / "results"
+
+
+def run_workload(
+    name: str,
+    quick: bool,
+    peak: float,
+    isolate: bool,
+    loop_points: int | None,
+    repeats: int | None,
+    log=print,
+    stages: bool = False,
+) -> dict[str, Any]:
+    """Engine and loop (W1-W3) or the two grids (W4) of one workload, with derived numbers."""
+    w = WORKLOADS[name]
+    cfgs = workload_configs(name, quick)
+    reps = repeats if repeats is not None else (2 if quick else w["repeats"])
+    if name == "W4":
+        grids = {}
+        for label, cfg in cfgs.items():
+            log(f"  {name} grid {label}: engine ...")
+            e = run_worker({"kind": "engine", "config": cfg, "repeats": reps}, isolate)
+            grids[label] = {
+                "points": e["n_points"],
+                "engine": e,
+                "points_per_s": e["n_points"] * e["seeds"] / e["compute_s"],
+            }
+        small, large = list(grids.values())
+        # host RSS on CPU; on an accelerator its own peak (memory_stats), the host RSS aside
+        on_device = all(g["engine"]["device_peak_mb"] for g in (small, large))
+        mem = "device_peak_mb" if on_device else "rss_peak_mb"
+        ratio = large["engine"][mem] / small["engine"][mem]
+        net = [g["engine"]["rss_peak_mb"] - g["engine"]["rss_base_mb"] for g in (small, large)]
+        return {
+            "name": name,
+            "title": w["title"],
+            "grids": grids,
+            "memory_ratio": ratio,
+            "memory": mem,
+            "memory_ratio_net": net[1] / net[0] if net[0] > 0 else None,
+            "target": TARGETS[name],
+            "met": {"memory_ratio": ratio <= TARGETS[name]["memory_ratio"]},
+        }
+    cfg = cfgs[""]
+    lp = (
+        loop_points
+        if loop_points is not None
+        else (
+            QUICK.get(name, {}).get("loop_points", w["loop_points"]) if quick else w["loop_points"]
+        )
+    )
+    fl = flop_counts(cfg)
+    log(f"  {name}: engine ...")
+    e = run_worker({"kind": "engine", "config": cfg, "repeats": reps}, isolate)
+    log(f"  {name}: per-point loop ...")
+    lo = run_worker({"kind": "loop", "config": cfg, "loop_points": lp}, isolate)
+    n, seeds = e["n_points"], e["seeds"]
+    evals = n * seeds
+    engine_flops = fl["engine_per_point"] * evals + fl["engine_per_seed"] * seeds
+    loop_flops = fl["plain_per_point"] * evals + fl["plain_per_seed"] * seeds
+    out = {
+        "name": name,
+        "title": w["title"],
+        "config": cfg,
+        "points": n,
+        "seeds": seeds,
+        "flops": fl,
+        "engine": e,
+        "loop": lo,
+        "points_per_s": evals / e["compute_s"],
+        "loop_points_per_s": evals / lo["total_s"],
+        "speedup": lo["total_s"] / e["compute_s"],
+        "engine_gflops": _gf(engine_flops) / e["compute_s"],
+        "loop_gflops": _gf(loop_flops) / lo["total_s"],
+        "flop_ratio_plain_over_engine": loop_flops / engine_flops if engine_flops else None,
+    }
+    out["peak_fraction"] = out["engine_gflops"] / peak
+    out["loop_peak_fraction"] = out["loop_gflops"] / peak
+    out["target"] = TARGETS[name]
+    out["met"] = {k: out[k] >= v for k, v in TARGETS[name].items()}
+    if stages:
+        out["stages"] = run_stages(name, cfg, isolate, log)
+    return out
+
+
+def run_stages(name: str, cfg: dict, isolate: bool, log=print) -> dict[str, Any]:
+    """Engine and loop seconds per point with metric subsets left out (STAGES); paper-size
+    workloads on the STAGE_AXES grid (8 points), W1 on its own grid with one seed."""
+    out = {}
+    for label, metrics in STAGES.items():
+        c = json.loads(json.dumps(cfg))
+        c["sweep"] = {**c["sweep"], "metrics": metrics}
+        if name != "W1":
+            c["axes"] = STAGE_AXES
+        else:
+            c["sweep"]["seeds"] = 1
+        log(f"  {name} stage '{label}' ...")
+        e = run_worker({"kind": "engine", "config": c, "repeats": 2}, isolate)
+        lo = run_worker({"kind": "loop", "config": c, "loop_points": None}, isolate)
+        evals = e["n_points"] * e["seeds"]
+        out[label] = {
+            "points": evals,
+            "engine_s_per_point": e["compute_s"] / evals,
+            "loop_s_per_point": lo["total_s"] / evals,
+            "speedup": lo["total_s"] / e["compute_s"],
+            "flops": flop_counts(c),
+        }
+    return out
+
+
+def run_peer(
+    name: str,
+    quick: bool,
+    peak: float,
+    isolate: bool,
+    log=print,
+    torch_device: str | None = "cpu",
+    rounds: int = 1,
+) -> dict[str, Any]:
+    """A PyTorch-peer workload, `rounds` times: engine cold (an empty compilation cache),
+    PyTorch loop, engine warm (the cache the cold run filled), each in its own process. On this
+    2-core VM one process's speed differed from the next by up to 40% (both ways, for the
+    engine and for PyTorch alike), so the table reports the median round's walls and steady
+    per-point times, and the JSON every round; torch_device None: no PyTorch."""
+    import statistics
+    import tempfile
+
+    cfg = peer_config(name, quick)
+    fl = flop_counts(cfg)
+    runs = []
+    for r in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="simlab-bench-cache-") as cache:
+            tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
+            log(f"  {tag}: engine, empty compilation cache ...")
+            cold = run_worker(
+                {"kind": "engine", "config": cfg, "repeats": 2}, isolate, cache_dir=cache
+            )
+            peer = None
+            if torch_device is not None:
+                log(f"  {tag}: PyTorch loop ...")
+                peer = run_worker({"kind": "torch", "config": cfg, "device": torch_device}, isolate)
+            log(f"  {tag}: engine, warm compilation cache ...")
+            warm = run_worker(
+                {"kind": "engine", "config": cfg, "repeats": 1}, isolate, cache_dir=cache
+            )
+        runs.append({"engine_cold": cold, "engine_warm": warm, "torch": peer})
+
+    def med(f):
+        return statistics.median(f(r) for r in runs)
+
+    first = runs[0]["engine_cold"]
+    n, seeds = first["n_points"], first["seeds"]
+    evals = n * seeds
+    flops = fl["engine_per_point"] * evals + fl["engine_per_seed"] * seeds
+    compute_s = med(lambda r: r["engine_cold"]["compute_s"])
+    out = {
+        "name": name,
+        "title": PEERS[name]["title"],
+        "config": cfg,
+        "points": n,
+        "seeds": seeds,
+        "flops": fl,
+        "rounds": runs,
+        "engine_cold": {
+            "wall_s": med(lambda r: r["engine_cold"]["wall_s"]),
+            "compile_s": med(lambda r: r["engine_cold"]["compile_s"]),
+            "compute_s": compute_s,
+        },
+        "engine_warm": {
+            "wall_s": med(lambda r: r["engine_warm"]["wall_s"]),
+            "compile_s": med(lambda r: r["engine_warm"]["compile_s"]),
+        },
+        "engine_ms_per_point": 1e3 * compute_s / evals,
+        "engine_gflops": _gf(flops) / compute_s,
+        "torch": None,
+    }
+    out["peak_fraction"] = out["engine_gflops"] / peak
+    target = TARGETS.get(name, {}).get("ratio")
+    out["target"] = {"ratio": target, "cached_compile_s": CACHED_COMPILE_S}
+    out["met"] = {"cached_compile_s": out["engine_warm"]["compile_s"] <= CACHED_COMPILE_S}
+    if torch_device is not None:
+        out["torch"] = {
+            "total_s": med(lambda r: r["torch"]["total_s"]),
+            "ms_per_point": med(lambda r: r["torch"]["ms_per_point"]),
+            "torch": runs[0]["torch"]["torch"],
+            "device": torch_device,
+            "threads": runs[0]["torch"]["threads"],
+            "n_points": n,
+        }
+        ratios = [
+            (
+                r["torch"]["total_s"] / r["engine_cold"]["wall_s"],
+                r["torch"]["total_s"] / r["engine_warm"]["wall_s"],
+            )
+            for r in runs
+        ]
+        out["ratio_cold"] = statistics.median(c for c, _ in ratios)
+        out["ratio_warm"] = statistics.median(w for _, w in ratios)
+        out["ratio_range"] = {
+            "cold": [min(c for c, _ in ratios), max(c for c, _ in ratios)],
+            "warm": [min(w for _, w in ratios), max(w for _, w in ratios)],
+        }
+        out["steady_ratio"] = out["torch"]["ms_per_point"] / out["engine_ms_per_point"]
+        if target is not None:
+            out["met"].update(
+                ratio_cold=out["ratio_cold"] >= target, ratio_warm=out["ratio_warm"] >= target
+            )
+    return out
+
+
+def _command_line() -> str:
+    """How this run was started: `python -m benchmarks.sweep ...` or `simlab bench ...`."""
+    prog = Path(sys.argv[0])
+    head = "python -m benchmarks.sweep" if prog.parent.name == "benchmarks" else prog.name
+    return " ".join([head] + sys.argv[1:])
+
+
+def run_bench(
+    only=None,
+    quick: bool = False,
+    isolate: bool = True,
+    out_dir=None,
+    loop_points: int | None = None,
+    repeats: int | None = None,
+    peak_n: int | None = None,
+    tag: str | None = None,
+    log=print,
+    stages=(),
+    torch_device: str | None = "cpu",
+    rounds: int | None = None,
+) -> tuple[dict[str, Any], Path | None]:
+    """Run the benchmark; returns (report, path of the JSON written or None)."""
+    known = list(PEERS) + list(WORKLOADS)
+    names = known if not only else list(only)
+    for n in names:
+        if n not in known:
+            from simlab.errors import ConfigError
+
+            raise ConfigError(f"bench --only: unknown workload {n!r}; allowed: {', '.join(known)}")
+    for flag, value in (("--repeats", repeats), ("--rounds", rounds)):
+        if value is not None and value < 1:
+            from simlab.errors import ConfigError
+
+            raise ConfigError(f"bench {flag}: {value} must be >= 1")
+    t0 = time.perf_counter()
+    before = os.getloadavg()
+    cpu0 = _cpu_seconds()
+    log("bench: matmul peak ...")
+    pn = peak_n or (512 if quick else 2048)
+    peak = run_worker({"kind": "peak", "n": pn, "repeats": 5 if quick else 10}, isolate)
+    report: dict[str, Any] = {
+        "machine": machine_info(),
+        "peak": peak,
+        "quick": quick,
+        "command": _command_line(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "workloads": [],
+    }
+    for n in names:
+        if n in PEERS:
+            report["workloads"].append(
+                run_peer(
+                    n,
+                    quick,
+                    peak["gflops"],
+                    isolate,
+                    log,
+                    torch_device,
+                    rounds or (1 if quick else 3),
+                )
+            )
+        else:
+            report["workloads"].append(
+                run_workload(
+                    n, quick, peak["gflops"], isolate, loop_points, repeats, log, n in stages
+                )
+            )
+    report["load_average"] = {"before": before, "after": os.getloadavg()}
+    report["wall_s"] = time.perf_counter() - t0
+    report["foreign_cpu"] = _foreign_cpu(cpu0, _cpu_seconds(), report["wall_s"])
+    path = None
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        label = tag or report["machine"]["backend"]
+        path = out / f"{label}{'-quick' if quick else ''}-{stamp}.json"
+        path.write_text(json.dumps(report, indent=2, default=float))
+    return report, path
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`simlab bench` / `python -m benchmarks.sweep` arguments."""
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (seconds; a smoke run, used by the tests)"
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated workloads (default all: {','.join(list(PEERS) + list(WORKLOADS))})",
+    )
+    parser.add_argument(
+        "--out-dir",
+        default=None,
+        help="where the JSON goes (default: benchmarks/results of the checkout)",
+    )
+    parser.add_argument("--no-json", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--loop-points",
+        type=int,
+        default=None,
+        help="time the per-point loop on this many points per seed and extrapolate "
+        "(0: all; default: all for W1, 8 for W2/W3)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="engine runs per workload (the first compiles; best of the rest)",
+    )
+    parser.add_argument(
+        "--peak-n", type=int, default=None, help="matmul size for the peak (default 2048)"
+    )
+    parser.add_argument(
+        "--tag", default=None, help="file name prefix of the JSON (default: backend)"
+    )
+    parser.add_argument(
+        "--stages",
+        default=None,
+        help="comma-separated workloads (of W1-W3) to also time with metric subsets "
+        "left out (engine and loop per point; a few minutes)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds of engine cold / PyTorch / engine warm per P workload; the "
+        "table shows medians (default 3, 1 with --quick)",
+    )
+    parser.add_argument(
+        "--torch-device",
+        default="cpu",
+        help="device of the PyTorch peer loop (P1-P5): cpu or cuda; 'none' skips it",
+    )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every measurement in this process (peak memory then not separable)",
+    )
+
+
+def cli_main(args) -> int:
+    """Run the benchmark, print the table, write the JSON."""
+    only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
+    stages = () if not args.stages else [s.strip() for s in args.stages.split(",") if s.strip()]
+    report, path = run_bench(
+        only,
+        args.quick,
+        not args.in_process,
+        None if args.no_json else (args.out_dir or default_out_dir()),
+        args.loop_points,
+        args.repeats,
+        args.peak_n,
+        args.tag,
+        stages=stages,
+        torch_device=None if args.torch_device == "none" else args.torch_device,
+        rounds=args.rounds,
+    )
+    print()
+    print(format_table(report))
+    if path is not None:
+        print(f"\nwrote {path}")
+    return 0

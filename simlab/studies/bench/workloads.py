@@ -1,0 +1,241 @@
+"""The benchmark's workloads: P1-P5 (the engine against the PyTorch loop) and W1-W4 (against
+the JAX per-point loop), their targets, and their configs at full and --quick sizes. The quick
+sizes are override tables applied by the experiments' own function
+(simlab.engine.config.apply_quick's semantics: tables update, nothing else changes).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Targets (ratios measured in the same run). P*: PyTorch wall / engine wall; W3: the share of
+# the matmul peak the paper-size BERT block executes in steady state; W4: peak memory of the
+# 1e5-point grid over the 1e3-point grid; "cached compile": seconds a warm-cache sweep compiles.
+TARGETS = {
+    "P1": {"ratio": 4.0},
+    "P2": {"ratio": 3.0},
+    "P3": {"ratio": 2.0},
+    "P4": {"ratio": 4.0},
+    "P5": {},
+    "W1": {"speedup": 3.0},
+    "W2": {"speedup": 5.0},
+    "W3": {"speedup": 1.3, "peak_fraction": 0.60},
+    "W4": {"memory_ratio": 1.3},
+}
+
+CACHED_COMPILE_S = 0.3
+
+_W1_BLOCK = {"kind": "attention", "d_model": 64, "n_heads": 4, "mlp": False}
+
+_W1_INPUTS = {"kind": "embedding", "batch": 4, "length": 64}
+
+_BERT = {"kind": "post_ln", "d_model": 768, "n_heads": 12, "mlp": True}
+
+_ATTN = {"kind": "attention", "d_model": 768, "n_heads": 12, "mlp": False}
+
+_PAPER_INPUTS = {"kind": "embedding", "batch": 16, "length": 512}
+
+
+def _log_axis(name, start, stop, num):
+    return {"name": name, "space": "log", "start": start, "stop": stop, "num": num}
+
+
+_DRIFT8 = {"name": "drift_norm", "values": [0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0]}
+
+_PAPER_GRID = [_DRIFT8, _log_axis("q_scale", 0.25, 16.0, 8)]
+
+# name -> description, config tables, loop subset (None: every point), W4 grid sizes.
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "W1": {
+        "title": "small attention-only (d 64, 4 heads, 4x64 tokens, 32x32 q_scale x "
+        "temperature, 4 seeds)",
+        "config": {
+            "block": _W1_BLOCK,
+            "inputs": _W1_INPUTS,
+            "axes": [_log_axis("q_scale", 0.1, 10.0, 32), _log_axis("temperature", 0.1, 10.0, 32)],
+            "sweep": {"seeds": 4, "micro_batch": 32},
+        },
+        "loop_points": None,
+        "repeats": 3,
+    },
+    "W2": {
+        "title": "paper-size attention-only (d 768, 12 heads, 16x512 tokens, 8x8 "
+        "drift_norm x q_scale, 1 seed)",
+        "config": {
+            "block": _ATTN,
+            "inputs": _PAPER_INPUTS,
+            "axes": _PAPER_GRID,
+            "sweep": {"seeds": 1, "micro_batch": 1},
+        },
+        "loop_points": 8,
+        "repeats": 1,
+    },
+    "W3": {
+        "title": "paper-size BERT block (post-LN + MLP, same inputs and grid)",
+        "config": {
+            "block": _BERT,
+            "inputs": _PAPER_INPUTS,
+            "axes": _PAPER_GRID,
+            "sweep": {"seeds": 1, "micro_batch": 1},
+        },
+        "loop_points": 8,
+        "repeats": 1,
+    },
+    "W4": {
+        "title": "memory: W1's block on grids of 1e3 and 1e5 points (1 seed)",
+        "config": {
+            "block": _W1_BLOCK,
+            "inputs": _W1_INPUTS,
+            "axes": None,
+            "sweep": {"seeds": 1, "micro_batch": 32},
+        },
+        "grids": {"1e3": (40, 25), "1e5": (400, 250)},
+        "repeats": 1,
+    },
+}
+
+# Engine vs the PyTorch loop: the paper's protocol (BERT init, embedding lookup + drift N, joint
+# q/k scale lambda), metrics input/attn/out cos (+ within), attn_entropy, attn_max.
+PEER_METRICS = [
+    "input_cos",
+    "input_cos_within",
+    "attn_cos",
+    "attn_cos_within",
+    "out_cos",
+    "out_cos_within",
+    "attn_entropy",
+    "attn_max",
+]
+
+_D256 = {"d_model": 256, "n_heads": 4}
+
+_T256 = {"kind": "embedding", "batch": 8, "length": 256}
+
+PEERS: dict[str, dict[str, Any]] = {
+    "P1": {
+        "title": "attention-only, d 256, 4 heads, 8 x 256 tokens, 16 x 16 grid",
+        "block": {"kind": "attention", **_D256, "mlp": False},
+        "inputs": _T256,
+        "n": 16,
+    },
+    "P2": {
+        "title": "BERT post-LN, d 256, 4 heads, 8 x 256 tokens, 12 x 12 grid",
+        "block": {"kind": "post_ln", **_D256},
+        "inputs": _T256,
+        "n": 12,
+    },
+    "P3": {
+        "title": "BERT post-LN at paper size (d 768, 12 heads, 16 x 512), 4 x 4 grid",
+        "block": _BERT,
+        "inputs": _PAPER_INPUTS,
+        "n": 4,
+    },
+    "P4": {
+        "title": "attention-only at paper size, 4 x 4 grid",
+        "block": _ATTN,
+        "inputs": _PAPER_INPUTS,
+        "n": 4,
+    },
+    "P5": {
+        "title": "attention-only, d 256, 8 x 256 tokens, 8 x 8 grid (small grid)",
+        "block": {"kind": "attention", **_D256, "mlp": False},
+        "inputs": _T256,
+        "n": 8,
+    },
+}
+
+PEER_QUICK = {
+    "block": {"d_model": 32, "n_heads": 2},
+    "inputs": {"batch": 2, "length": 16, "vocab": 300},
+    "n": 2,
+}
+
+
+def peer_config(name: str, quick: bool = False) -> dict[str, Any]:
+    """The sweep config of a PyTorch-peer workload: drift_norm 1e-2..1e5 x lambda 0.1..1e3 (log)."""
+    w = PEERS[name]
+    q = PEER_QUICK if quick else {}
+    n = q.get("n", w["n"])
+    return {
+        "block": {**w["block"], **q.get("block", {})},
+        "inputs": {**w["inputs"], **q.get("inputs", {})},
+        "axes": [
+            _log_axis("drift_norm", 1e-2, 1e5, n),
+            {
+                "name": "lambda",
+                "knobs": ["q_scale", "k_scale"],
+                "space": "log",
+                "start": 0.1,
+                "stop": 1e3,
+                "num": n,
+            },
+        ],
+        "sweep": {"seeds": 1, "metrics": PEER_METRICS},
+    }
+
+
+# --quick: the same structure at sizes that run in seconds (smoke run and tests). The
+# paper-size stand-ins keep T > 64 so that the stable rank takes the Lanczos path.
+QUICK: dict[str, dict[str, Any]] = {
+    "W1": {
+        "axes": [_log_axis("q_scale", 0.1, 10.0, 4), _log_axis("temperature", 0.1, 10.0, 4)],
+        "sweep": {"seeds": 2, "micro_batch": 8},
+    },
+    "W2": {
+        "block": {**_ATTN, "d_model": 96, "n_heads": 4},
+        "inputs": {"kind": "embedding", "batch": 2, "length": 80, "vocab": 1000},
+        "axes": [{"name": "drift_norm", "values": [0.0, 1.0]}, _log_axis("q_scale", 0.5, 2.0, 2)],
+        "loop_points": 2,
+    },
+    "W3": {
+        "block": {**_BERT, "d_model": 96, "n_heads": 4},
+        "inputs": {"kind": "embedding", "batch": 2, "length": 80, "vocab": 1000},
+        "axes": [{"name": "drift_norm", "values": [0.0, 1.0]}, _log_axis("q_scale", 0.5, 2.0, 2)],
+        "loop_points": 2,
+    },
+    "W4": {"grids": {"1e2": (10, 10), "1e3": (40, 25)}},
+}
+
+# --stages: the same block with a metric subset left out, engine and loop per point
+# (W2/W3 on STAGE_POINTS points), to see which stage limits the speed-up.
+STAGES: dict[str, list[str] | None] = {
+    "all metrics": None,
+    "without stable_rank": [
+        "input_cos",
+        "input_cos_within",
+        "attn_cos",
+        "attn_cos_within",
+        "out_cos",
+        "out_cos_within",
+        "attn_entropy",
+        "attn_max",
+        "q_mean_norm",
+        "k_mean_norm",
+        "qk_mean_cos",
+    ],
+    "attention only (entropy, max)": ["attn_entropy", "attn_max"],
+}
+
+STAGE_AXES = [{"name": "drift_norm", "values": [0.0, 0.5]}, _log_axis("q_scale", 0.25, 16.0, 4)]
+
+
+# ----------------------------------------------------------------------------- workloads
+def workload_configs(name: str, quick: bool = False) -> dict[str, dict]:
+    """Sweep config tables of a workload: {"": config}, or {grid label: config} for W4."""
+    w = WORKLOADS[name]
+    q = QUICK[name] if quick else {}
+    cfg = json.loads(json.dumps(w["config"]))
+    for k in ("block", "inputs", "axes"):
+        if k in q:
+            cfg[k] = q[k]
+    cfg["sweep"] = {**cfg["sweep"], **q.get("sweep", {})}
+    if name != "W4":
+        return {"": cfg}
+    out = {}
+    for label, (nq, nt) in q.get("grids", w["grids"]).items():
+        out[label] = {
+            **cfg,
+            "axes": [_log_axis("q_scale", 0.1, 10.0, nq), _log_axis("temperature", 0.1, 10.0, nt)],
+        }
+    return out

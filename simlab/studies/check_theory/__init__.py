@@ -1,0 +1,223 @@
+"""`simlab check-theory`: simulate the five claims of simlab.theory and compare.
+
+Each claim has a simulation written directly in jnp (pure functions, explicit einsums; no
+dependency on simlab's blocks), a check that turns simulation + prediction into one table row
+(sizes, predicted, simulated, error, whether the error shrinks with size, verdict) plus detail
+rows, and a figure figures/theory_<claim>.png with the prediction overlaid.
+
+Sizes come from experiments/theory_<claim>.toml alone ([full] and [quick] tables). One module
+per claim (rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse), each with
+`check(cfg)` and `figure(result, path)`; CLAIMS is the registry. Runs:
+
+    simlab check-theory [--quick] [--figures-dir DIR] [--no-figures] [--json FILE]
+
+Simulation conventions (simlab's, see simlab.theory): logits q'.k' / (sqrt(d_head) temperature),
+Gaussian tokens x_i = sqrt(p) z_0 + sqrt(1 - p) z_i, anisotropy = mean pairwise cosine
+computed exactly from sums of unit vectors.  For long sequences only the first `n_query`
+tokens are used as queries (all tokens are keys): the tokens are exchangeable, so the mean
+pairwise cosine of those outputs is an unbiased estimate of the mean over all outputs, and no
+T x T matrix is ever formed (queries are processed in chunks with lax.map).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simlab.errors import ConfigError
+from simlab.studies.check_theory import (
+    chen_scaling,
+    dong_collapse,
+    gg_attention,
+    rem_entropy,
+    zhai_bound,
+)
+from simlab.studies.check_theory.common import ClaimResult, load_config
+
+# The claims, in table order: name -> module with check(cfg) and figure(result, path).
+CLAIMS = {
+    "rem_entropy": rem_entropy,
+    "gg_attention": gg_attention,
+    "chen_scaling": chen_scaling,
+    "zhai_bound": zhai_bound,
+    "dong_collapse": dong_collapse,
+}
+
+
+COLUMNS = (
+    ("claim", 16),
+    ("sizes", 22),
+    ("predicted", 34),
+    ("simulated", 26),
+    ("error", 24),
+    ("shrinks", 16),
+    ("verdict", 44),
+)
+
+
+def format_table(results: list[ClaimResult]) -> str:
+    """Fixed-width table, one row per claim (cells longer than the column are wrapped)."""
+    import textwrap
+
+    head = " ".join(n.ljust(w) for n, w in COLUMNS).rstrip()
+    lines = [head, " ".join("-" * w for _, w in COLUMNS)]
+    for r in results:
+        cells = [textwrap.wrap(str(getattr(r, n)), w) or [""] for n, w in COLUMNS]
+        for i in range(max(len(c) for c in cells)):
+            lines.append(
+                " ".join(
+                    (c[i] if i < len(c) else "").ljust(w) for c, (_, w) in zip(cells, COLUMNS)
+                ).rstrip()
+            )
+    return "\n".join(lines)
+
+
+def format_details(results: list[ClaimResult]) -> str:
+    lines = []
+    for r in results:
+        lines.append(f"[{r.claim}] {r.title}  ({r.seconds:.1f} s)")
+        for name, val in r.details:
+            lines.append(f"    {name:<52} {val}")
+    return "\n".join(lines)
+
+
+def run_checks(
+    profile: str = "full",
+    claims=tuple(CLAIMS),
+    *,
+    figures_dir: str | Path | None = "figures",
+    config_dir: str | Path | None = None,
+    overrides: dict[str, dict] | None = None,
+    log=print,
+) -> list[ClaimResult]:
+    """Run the named claims at the sizes of `profile` (claim -> overrides on top); write
+    figures/theory_<claim>.png unless figures_dir is None."""
+    results = []
+    for name in claims:
+        cfg = load_config(name, profile, config_dir, (overrides or {}).get(name))
+        t0 = time.perf_counter()
+        r = CLAIMS[name].check(cfg)
+        if figures_dir is not None:
+            CLAIMS[name].figure(r, Path(figures_dir) / f"theory_{name}.png")
+        r.seconds = time.perf_counter() - t0
+        if log is not None:
+            log(f"  {r.claim:<16} {r.verdict}  ({r.seconds:.1f} s)")
+        results.append(r)
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes (under 3 minutes on 2 CPU cores)"
+    )
+    parser.add_argument(
+        "--figures-dir",
+        default="figures",
+        metavar="DIR",
+        help="where figures/theory_<claim>.png go (default: figures)",
+    )
+    parser.add_argument("--no-figures", action="store_true", help="do not write figures")
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the table, details and data as JSON",
+    )
+    parser.add_argument(
+        "--config-dir",
+        default=None,
+        metavar="DIR",
+        help="where theory_<claim>.toml are read (default: the experiments/ folder)",
+    )
+    parser.add_argument(
+        "--claims",
+        default=",".join(CLAIMS),
+        metavar="LIST",
+        help=f"comma-separated subset of {', '.join(CLAIMS)}",
+    )
+    parser.add_argument(
+        "--from-json",
+        default=None,
+        metavar="FILE",
+        help="no simulation: reprint the table and redraw the figures from a "
+        "file written by --json",
+    )
+
+
+def results_from_json(path) -> list[ClaimResult]:
+    """ClaimResults saved by --json."""
+    with open(path) as f:
+        payload = json.load(f)
+    out = []
+    for c in payload["claims"]:
+        c = dict(c)
+        c["details"] = [tuple(d) for d in c.get("details", [])]
+        out.append(ClaimResult(**c))
+    return out
+
+
+def cli_main(args) -> int:
+    profile = "quick" if args.quick else "full"
+    claims = [c.strip() for c in getattr(args, "claims", ",".join(CLAIMS)).split(",") if c.strip()]
+    bad = [c for c in claims if c not in CLAIMS]
+    if bad:
+        raise ConfigError(f"--claims: unknown {bad}; allowed: {', '.join(CLAIMS)}")
+    figures_dir = None if args.no_figures else args.figures_dir
+    if getattr(args, "from_json", None):
+        results = [r for r in results_from_json(args.from_json) if r.claim.split()[-1] in claims]
+        if figures_dir is not None:
+            for r in results:
+                name = r.claim.split()[-1]
+                CLAIMS[name].figure(r, Path(figures_dir) / f"theory_{name}.png")
+        print(format_table(results))
+        print()
+        print(format_details(results))
+        return 0
+    t0 = time.perf_counter()
+    print(
+        f"simlab check-theory ({profile}; jax {jax.__version__}, "
+        f"{jnp.zeros(()).dtype}, {jax.default_backend()})",
+        flush=True,
+    )
+    results = run_checks(
+        profile,
+        claims,
+        figures_dir=figures_dir,
+        config_dir=getattr(args, "config_dir", None),
+        log=lambda s: print(s, flush=True),
+    )
+    wall = time.perf_counter() - t0
+    print()
+    print(format_table(results))
+    print()
+    print(format_details(results))
+    print(
+        f"\nwall time {wall:.1f} s"
+        + ("" if figures_dir is None else f"; figures in {figures_dir}/theory_*.png")
+    )
+    if args.json:
+        payload = {
+            "profile": profile,
+            "wall_seconds": wall,
+            "table": format_table(results),
+            "claims": [dataclasses.asdict(r) for r in results],
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=1, default=_json_default)
+    return 0
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

@@ -1,0 +1,284 @@
+"""Claim 2: Giorlandino & Goldt, the output cosine of one attention layer.
+
+The simulation, the check that turns simulation + prediction into a row of the table
+(`check(cfg) -> ClaimResult`), and the figure (`figure(result, path)`).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simlab import theory
+from simlab.studies.check_theory.common import (
+    ClaimResult,
+    _f,
+    _ratio_ticks,
+    _yes_no,
+    attention_stats,
+    correlated_tokens,
+)
+
+
+@partial(jax.jit, static_argnames=("T", "d_model", "d_head", "n_query", "chunk"))
+def sim_attention_map(
+    key, p, lam_G, *, T: int, d_model: int, d_head: int, n_query: int, chunk: int = 128
+):
+    """Claim 2.  One head on T Gaussian tokens with correlation p in d_model dimensions,
+    W_Q, W_K i.i.d. N(0, 1/d_model) (unit-variance query/key coordinates, q_std = k_std = 1),
+    identity values, no residual.  lam_G = q_scale k_scale / temperature (the logit std);
+    logits lam q.k / sqrt(d_head).  Returns attention_stats for the first n_query queries."""
+    kx, kq, kk = jax.random.split(key, 3)
+    x_TD = correlated_tokens(kx, T, d_model, p)
+    wq_DH = jax.random.normal(kq, (d_model, d_head)) / math.sqrt(d_model)
+    wk_DH = jax.random.normal(kk, (d_model, d_head)) / math.sqrt(d_model)
+    q_MH = jnp.einsum("md,dh->mh", x_TD[:n_query], wq_DH)
+    k_TH = jnp.einsum("td,dh->th", x_TD, wk_DH)
+    return attention_stats(q_MH, k_TH, x_TD, lam_G / math.sqrt(d_head), chunk)
+
+
+def _gg_run(key, T, d_model, d_head, n_query, p, beta, seeds):
+    lam = np.asarray(beta, float) * math.sqrt(math.log(T))
+    out = {"mean_cos": [], "kernel_cos": [], "entropy": []}
+    for s in range(seeds):
+        r = sim_attention_map(
+            jax.random.fold_in(key, s),
+            p,
+            jnp.asarray(lam),
+            T=T,
+            d_model=d_model,
+            d_head=d_head,
+            n_query=min(n_query, T),
+            chunk=min(128, n_query, T),
+        )
+        for k in out:
+            out[k].append(np.asarray(r[k], float))
+    return {k: np.mean(v, 0) for k, v in out.items()}
+
+
+def check(cfg) -> ClaimResult:
+    key = jax.random.PRNGKey(cfg["seed"])
+    ps, ratios = list(cfg["p"]), np.array(cfg["beta_ratio"], float)
+    Ts = [2**e for e in cfg["log2_T"]]
+    conv = {}  # (p, T) -> stats over ratios
+    for p in ps:
+        beta = ratios * float(theory.gg_beta_c(p))
+        for T in Ts:
+            conv[(p, T)] = _gg_run(
+                jax.random.fold_in(key, T),
+                T,
+                cfg["d_model"],
+                cfg["d_head"],
+                cfg["n_query"],
+                p,
+                beta,
+                cfg["seeds"],
+            )
+    pred = {p: theory.gg_output_cosine(ratios * theory.gg_beta_c(p), p) for p in ps}
+    pred_mean = {
+        p: theory.gg_mean_cosine(ratios * theory.gg_beta_c(p), p, n_samples=cfg["pd_samples"])
+        for p in ps
+    }
+    away = np.abs(ratios - 1.0) >= 0.5 - 1e-9
+
+    def errs(T, which="kernel_cos", ref=pred, mask=None):
+        e = [np.abs(conv[(p, T)][which] - ref[p]) for p in ps]
+        e = np.stack(e)
+        return float((e[:, mask] if mask is not None else e).max())
+
+    err_away = [errs(T, mask=away) for T in Ts]
+    err_ann = [errs(T, mask=ratios <= 0.5 + 1e-9) for T in Ts] if np.any(ratios <= 0.5) else None
+    err_frz = [errs(T, mask=ratios >= 2.0 - 1e-9) for T in Ts] if np.any(ratios >= 2.0) else None
+    err_all = [errs(T) for T in Ts]
+    err_mean_pd = [errs(T, "mean_cos", pred_mean, away) for T in Ts]
+    err_mean_gg = [errs(T, "mean_cos", pred, away) for T in Ts]
+    small = [i for i, e in enumerate(cfg["log2_T"]) if e <= cfg["log2_T"][-1] - 4]
+    i_small = small[-1] if small else 0
+    # error against d_model at fixed T
+    Td = 2 ** cfg["d_log2_T"]
+    err_d = {}
+    for dm in cfg["d_models"]:
+        e = []
+        for p in ps:
+            beta = ratios * float(theory.gg_beta_c(p))
+            st = _gg_run(
+                jax.random.fold_in(key, 10_000 + dm),
+                Td,
+                dm,
+                max(1, dm // 4),
+                cfg["n_query"],
+                p,
+                beta,
+                cfg["seeds"],
+            )
+            e.append(np.abs(st["kernel_cos"] - pred[p])[away])
+        err_d[dm] = float(np.max(e))
+    # phase diagram
+    Tp = 2 ** cfg["phase_log2_T"]
+    p_axis = np.linspace(0.0, cfg["phase_p_max"], cfg["phase_p_points"])
+    b_axis = np.geomspace(cfg["phase_beta_min"], cfg["phase_beta_max"], cfg["phase_beta_points"])
+    z_kern = np.zeros((p_axis.size, b_axis.size))
+    z_mean = np.zeros_like(z_kern)
+    for i, p in enumerate(p_axis):
+        st = _gg_run(
+            jax.random.fold_in(key, 99),
+            Tp,
+            cfg["d_model"],
+            cfg["d_head"],
+            cfg["n_query"],
+            float(p),
+            b_axis,
+            cfg["phase_seeds"],
+        )
+        z_kern[i], z_mean[i] = st["kernel_cos"], st["mean_cos"]
+    z_pred = theory.gg_output_cosine(b_axis[None, :], p_axis[:, None])
+    far = (np.abs(b_axis[None, :] / theory.gg_beta_c(p_axis)[:, None] - 1.0) >= 0.5) & (
+        p_axis[:, None] >= 0.2
+    )
+    phase_err = float(np.max(np.abs(z_kern - z_pred)[far])) if far.any() else float("nan")
+    phase_err_p0 = float(np.max(np.abs(z_kern - z_pred)[0])) if p_axis[0] == 0 else float("nan")
+
+    pmid = ps[len(ps) // 2]
+    probe = [i for i, r in enumerate(ratios) if r in (0.5, 2.0, 4.0)] or list(range(len(ratios)))
+    shrinks = _yes_no(err_away[-1], err_away[i_small])
+    verdict = (
+        "agrees away from beta_c; transition smeared"
+        if shrinks == "yes"
+        else "not converging at these T"
+    )
+    res = ClaimResult(
+        claim="2 gg_attention",
+        title="Giorlandino-Goldt output cosine",
+        sizes=f"T=2^{cfg['log2_T'][0]}..2^{cfg['log2_T'][-1]} d={cfg['d_model']}",
+        predicted=f"p={pmid} b/bc={'/'.join(f'{r:g}' for r in ratios[probe])}: "
+        + _f(pred[pmid][probe]),
+        simulated=_f(conv[(pmid, Ts[-1])]["kernel_cos"][probe]),
+        error=f"{err_away[-1]:.3f} (2^{cfg['log2_T'][i_small]}: {err_away[i_small]:.3f})",
+        shrinks=shrinks,
+        verdict=verdict,
+    )
+
+    def per_T(errs_):
+        return " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_T"], errs_))
+
+    res.details = [("kernel cos vs formula, |b/bc-1|>=.5, per T", per_T(err_away))]
+    if err_ann:
+        res.details.append(("  of which annealed b/bc<=.5", per_T(err_ann)))
+    if err_frz:
+        res.details.append(("  of which frozen b/bc>=2", per_T(err_frz)))
+    res.details += [
+        ("kernel cos vs formula, all b incl. b=bc, per T", per_T(err_all)),
+        ("simlab anisotropy vs formula (Jensen gap), away", per_T(err_mean_gg)),
+        ("simlab anisotropy vs PD-corrected limit, away", per_T(err_mean_pd)),
+        (
+            f"kernel cos error vs d_model at T=2^{cfg['d_log2_T']}, away",
+            " ".join(f"d={k}:{v:.3f}" for k, v in err_d.items()),
+        ),
+        (
+            f"phase diagram T=2^{cfg['phase_log2_T']}: max |sim - formula|, p>=.2 and |b/bc-1|>=.5",
+            f"{phase_err:.3f}",
+        ),
+        ("same on the line p = 0 (formula: 1 below bc; finite T: -> 0)", f"{phase_err_p0:.3f}"),
+    ]
+    res.details += [
+        (
+            f"p={p} b/bc={'/'.join(f'{r:g}' for r in ratios)} T=2^{cfg['log2_T'][-1]}",
+            f"pred {_f(pred[p], 2)} kern {_f(conv[(p, Ts[-1])]['kernel_cos'], 2)} "
+            f"aniso {_f(conv[(p, Ts[-1])]['mean_cos'], 2)} PD {_f(pred_mean[p], 2)}",
+        )
+        for p in ps
+    ]
+    res.data = dict(
+        p=ps,
+        ratios=ratios.tolist(),
+        T=Ts,
+        kernel={f"{p}|{T}": conv[(p, T)]["kernel_cos"].tolist() for p in ps for T in Ts},
+        aniso={f"{p}|{T}": conv[(p, T)]["mean_cos"].tolist() for p in ps for T in Ts},
+        pred={str(p): pred[p].tolist() for p in ps},
+        pred_mean={str(p): pred_mean[p].tolist() for p in ps},
+        err_away=err_away,
+        err_all=err_all,
+        err_mean_pd=err_mean_pd,
+        err_mean_gg=err_mean_gg,
+        err_d={str(k): v for k, v in err_d.items()},
+        phase_T=Tp,
+        phase_p=p_axis.tolist(),
+        phase_beta=b_axis.tolist(),
+        phase_kernel=z_kern.tolist(),
+        phase_aniso=z_mean.tolist(),
+    )
+    return res
+
+
+def figure(res: ClaimResult, path: Path):
+    from matplotlib.figure import Figure
+
+    from simlab import plot
+
+    d = res.data
+    fig = Figure(figsize=(16, 4.6), layout="constrained")
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    Tp = d["phase_T"]
+    pp = np.array(d["phase_p"])
+    bb = np.array(d["phase_beta"])
+    pfine = np.linspace(0.0, pp.max(), 200)
+    bound = theory.gg_boundary_curve(Tp, p=pfine, x="beta")
+    overlay = [(bound[0], bound[1], "beta_c = sqrt(2/(1-p))")]
+    overlay += theory.gg_cosine_contours(Tp, levels=(0.5, 0.7, 0.9), x="beta")
+    plot.phase_diagram(
+        bb,
+        pp,
+        np.array(d["phase_kernel"]),
+        x_label="beta = lambda / sqrt(ln T)  (lambda = q_scale k_scale / temperature)",
+        y_label="input_corr p",
+        z_label="output kernel cosine (simulated)",
+        x_log=True,
+        contour=np.array(d["phase_kernel"]),
+        contour_levels=[0.5, 0.7, 0.9],
+        contour_label="simulated iso-cosine",
+        theory=overlay,
+        title=f"Claim 2: one head, T=2^{int(math.log2(Tp))}",
+        ax=ax1,
+        vmin=0.0,
+        vmax=1.0,
+    )
+    ratios = np.array(d["ratios"])
+    p_show = d["p"][len(d["p"]) // 2]
+    series = {
+        f"T=2^{int(math.log2(T))}": (np.array(d["kernel"][f"{p_show}|{T}"]), None) for T in d["T"]
+    }
+    rf = np.linspace(ratios.min(), ratios.max(), 300)
+    bc = float(theory.gg_beta_c(p_show))
+    tmean = (ratios, np.array(d["pred_mean"][str(p_show)]), "simlab anisotropy limit (PD)")
+    plot.curves(
+        ratios,
+        series,
+        x_label="beta / beta_c",
+        y_label="output cosine",
+        x_log=True,
+        theory=[(rf, theory.gg_output_cosine(rf * bc, p_show), "formula (kernel cosine)"), tmean],
+        title=f"p = {p_show}: kernel cosine vs T",
+        ax=ax2,
+    )
+    _ratio_ticks(ax2, (0.5, 0.8, 1.0, 1.5, 2.0, 4.0))
+    log2T = np.log2(d["T"])
+    plot.curves(
+        log2T,
+        {
+            "kernel cos, |b/bc-1|>=0.5": (np.array(d["err_away"]), None),
+            "kernel cos, all b": (np.array(d["err_all"]), None),
+            "anisotropy vs PD limit": (np.array(d["err_mean_pd"]), None),
+        },
+        x_label="log2 T",
+        y_label="max |simulated - predicted|",
+        x_log=False,
+        y_log=True,
+        title="error against T  (d_model fixed)",
+        ax=ax3,
+    )
+    plot.save_figure(fig, path)

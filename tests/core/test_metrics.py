@@ -1,0 +1,260 @@
+"""simlab.core.metrics against naive float64 numpy oracles (explicit loops / pairwise matrices).
+
+Tolerances: simlab runs in float32 (eps = 1.19e-7). Every metric here is a mean of O(1)
+terms (cosines, normalised entropies, weights) or a ratio of sums of squares, so the float32
+result differs from the float64 oracle by a few hundred ulp at most; 1e-5 (absolute) leaves
+room for the O(n d) accumulation without hiding a wrong formula (the conventions tested
+here change results by >= 1e-2).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from simlab.core import metrics
+from simlab.core.attention import attention_weights
+
+from conftest import (
+    np_anisotropy,
+    np_attn_entropy,
+    np_attn_max,
+    np_pairwise_cos,
+    np_qk_drift,
+    np_residual_ratio,
+    np_stable_rank,
+)
+
+TOL = 1e-5
+
+# jitted once per shape: far cheaper on CPU than eager op-by-op dispatch
+anisotropy = jax.jit(metrics.anisotropy)
+mean_pairwise_cos = jax.jit(metrics.mean_pairwise_cos)
+attn_entropy = jax.jit(metrics.attn_entropy, static_argnums=1)
+attn_max = jax.jit(metrics.attn_max)
+stable_rank = jax.jit(metrics.stable_rank)
+qk_drift = jax.jit(metrics.qk_drift)
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+# ----------------------------------------------------------------------------- anisotropy
+@pytest.mark.parametrize("shape,offset", [((3, 8, 16), 0.0), ((2, 16, 8), 1.5), ((4, 5, 32), -0.7)])
+def test_anisotropy_vs_pairwise_oracle(shape, offset):
+    x = (rng(1).standard_normal(shape) + offset).astype(np.float32)
+    g, w = anisotropy(jnp.asarray(x))
+    og, ow = np_anisotropy(x)
+    assert abs(float(g) - og) < TOL and abs(float(w) - ow) < TOL
+
+
+def test_mean_pairwise_cos_zero_vector_counts_in_pairs():
+    x = rng(2).standard_normal((7, 5)).astype(np.float32)
+    x[3] = 0.0
+    got = float(mean_pairwise_cos(jnp.asarray(x)))
+    assert np.isfinite(got)
+    assert abs(got - np_pairwise_cos(x)) < TOL
+    # the convention matters: dropping the zero row would give a different (larger n) mean
+    x_drop = np.delete(x, 3, axis=0)
+    alt = np_pairwise_cos(x_drop)
+    assert abs(np_pairwise_cos(x) - alt * (6 * 5) / (7 * 6)) < 1e-12
+
+
+def test_mean_pairwise_cos_all_zero_is_zero_not_nan():
+    for shape in [(6, 4), (2, 5, 3)]:
+        got = np.asarray(mean_pairwise_cos(jnp.zeros(shape, jnp.float32)))
+        assert np.all(got == 0.0)
+    g, w = anisotropy(jnp.zeros((2, 4, 3), jnp.float32))
+    assert float(g) == 0.0 and float(w) == 0.0
+
+
+def test_mean_pairwise_cos_identical_and_antipodal():
+    v = rng(3).standard_normal(9).astype(np.float32)
+    same = np.tile(v, (6, 1)) * np.array([[1.0], [2.0], [0.5], [7.0], [1e-3], [3.0]], np.float32)
+    assert abs(float(mean_pairwise_cos(jnp.asarray(same))) - 1.0) < 1e-6
+    # a pair x, -x: cosine -1 exactly
+    assert abs(float(mean_pairwise_cos(jnp.asarray(np.stack([v, -v])))) + 1.0) < 1e-6
+    # {v, -v, w, -w}: sum of unit vectors is 0, so the mean is -n / (n (n - 1)) = -1/3
+    w = rng(4).standard_normal(9).astype(np.float32)
+    x = np.stack([v, -v, 3 * w, -0.2 * w])
+    got = float(mean_pairwise_cos(jnp.asarray(x)))
+    assert abs(got - (-1.0 / 3.0)) < 1e-6
+    assert abs(got - np_pairwise_cos(x)) < 1e-6
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_mean_pairwise_cos_extreme_magnitudes(scale):
+    """|x|^2 of 1e30-scale rows overflows float32 (max 3.4e38); 1e-30 underflows. The
+    metric must be scale-invariant and finite."""
+    base = rng(5).standard_normal((3, 6, 8)) + 0.4
+    x = (base * scale).astype(np.float32)
+    g, w = anisotropy(jnp.asarray(x))
+    og, ow = np_anisotropy(base)
+    assert np.isfinite(float(g)) and np.isfinite(float(w))
+    assert abs(float(g) - og) < TOL and abs(float(w) - ow) < TOL
+    # rows of wildly different magnitudes in one set
+    mixed = base.reshape(-1, 8).copy()
+    mixed[::3] *= 1e30
+    got = float(mean_pairwise_cos(jnp.asarray(mixed.astype(np.float32))))
+    assert abs(got - np_pairwise_cos(mixed)) < TOL
+
+
+# ----------------------------------------------------------------------------- attention
+def _random_weights(shape, causal, seed=0, sharp=1.0):
+    logits = sharp * rng(seed).standard_normal(shape)
+    if causal:
+        t, s = shape[-2:]
+        logits = np.where(np.arange(s)[None, :] <= np.arange(t)[:, None], logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sharp", [0.3, 3.0])
+def test_attn_entropy_and_max_vs_loop(causal, sharp):
+    w = _random_weights((2, 3, 7, 7), causal, seed=int(10 * sharp), sharp=sharp)
+    assert abs(float(attn_entropy(jnp.asarray(w), causal)) - np_attn_entropy(w, causal)) < TOL
+    assert abs(float(attn_max(jnp.asarray(w))) - np_attn_max(w)) < TOL
+
+
+def test_attn_entropy_from_attention_weights_causal():
+    r = rng(6)
+    q = jnp.asarray(r.standard_normal((2, 9, 2, 4)), jnp.float32)
+    k = jnp.asarray(r.standard_normal((2, 9, 2, 4)), jnp.float32)
+    for causal in (False, True):
+        w = np.asarray(attention_weights(q, k, 0.5, causal))
+        if causal:
+            assert np.all(np.triu(np.ones((9, 9)), 1)[None, None] * w == 0)
+        assert abs(float(attn_entropy(jnp.asarray(w), causal)) - np_attn_entropy(w, causal)) < TOL
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attn_entropy_one_hot_uniform_and_mixed(causal):
+    b, h, t = 2, 2, 6
+    tri = np.tril(np.ones((t, t))) if causal else np.ones((t, t))
+    uniform = np.broadcast_to(tri / tri.sum(-1, keepdims=True), (b, h, t, t)).astype(np.float32)
+    one_hot = np.zeros((b, h, t, t), np.float32)
+    one_hot[..., np.arange(t), np.arange(t) // 2] = 1.0  # key j = i // 2 <= i: allowed causally
+    assert abs(float(attn_entropy(jnp.asarray(uniform), causal)) - 1.0) < 1e-6
+    assert float(attn_entropy(jnp.asarray(one_hot), causal)) == 0.0
+    assert abs(float(attn_max(jnp.asarray(one_hot))) - 1.0) < 1e-7
+    want_max = np.mean(1.0 / np.arange(1, t + 1)) if causal else 1.0 / t
+    assert abs(float(attn_max(jnp.asarray(uniform))) - want_max) < 1e-6
+    # half the heads one-hot, half uniform: the mean over valid rows
+    mixed = uniform.copy()
+    mixed[:, 0] = one_hot[:, 0]
+    got = float(attn_entropy(jnp.asarray(mixed), causal))
+    assert abs(got - 0.5) < 1e-6
+    assert abs(got - np_attn_entropy(mixed, causal)) < 1e-6
+
+
+# ----------------------------------------------------------------------------- stable rank
+@pytest.mark.parametrize("shape", [(3, 5, 12), (2, 12, 5), (2, 6, 6)])
+def test_stable_rank_vs_svd(shape):
+    r = rng(7)
+    y = r.standard_normal(shape) * r.uniform(0.1, 3.0, size=shape[-1])  # uneven spectrum
+    y = y.astype(np.float32)
+    got = float(stable_rank(jnp.asarray(y)))
+    assert abs(got - np_stable_rank(y)) < 1e-4 * np_stable_rank(y)
+
+
+@pytest.mark.parametrize("shape", [(2, 72, 100), (2, 100, 70)])
+def test_stable_rank_large_gram_vs_svd(shape):
+    """Gram matrices larger than 64 x 64 (where the top eigenvalue may come from an iterative
+    solver): still the SVD value to float32-level accuracy, for an isotropic Gaussian (the
+    smallest relative spectral gap) and for a spiked one."""
+    r = rng(12)
+    iso = r.standard_normal(shape)
+    spiked = iso + 3.0 * np.einsum(
+        "bt,d->btd", r.standard_normal(shape[:2]), r.standard_normal(shape[2])
+    )
+    for y in (iso, spiked):
+        y = y.astype(np.float32)
+        want = np_stable_rank(y)
+        assert abs(float(stable_rank(jnp.asarray(y))) - want) < 1e-4 * want
+
+
+def test_stable_rank_exact_cases():
+    r = rng(8)
+    # rank one: exactly 1; orthonormal rows: exactly T (T <= D); a zero sequence counts as 0
+    a, b = r.standard_normal(5), r.standard_normal(11)
+    rank1 = np.outer(a, b)[None]
+    q, _ = np.linalg.qr(r.standard_normal((11, 5)))
+    ortho = q.T[None] * 4.0
+    y = np.concatenate([rank1, ortho, np.zeros_like(rank1)]).astype(np.float32)
+    got = np.array([float(stable_rank(jnp.asarray(y[i : i + 1]))) for i in range(3)])
+    np.testing.assert_allclose(got, [1.0, 5.0, 0.0], atol=1e-5)
+    assert abs(float(stable_rank(jnp.asarray(y))) - 2.0) < 1e-5
+    assert abs(float(stable_rank(jnp.asarray(y))) - np_stable_rank(y)) < 1e-5
+    # huge magnitudes: no overflow in ||Y||_F^2
+    assert abs(float(stable_rank(jnp.asarray(y[:2] * 1e30))) - 3.0) < 1e-5
+    # T > D zero matrix
+    assert float(stable_rank(jnp.zeros((2, 9, 4), jnp.float32))) == 0.0
+
+
+# ----------------------------------------------------------------------------- qk drift
+def test_qk_drift_vs_numpy_with_zero_means():
+    r = rng(9)
+    q = (r.standard_normal((3, 7, 4, 5)) + r.standard_normal((1, 1, 4, 5))).astype(np.float32)
+    k = (r.standard_normal((3, 7, 4, 5)) + 2.0 * r.standard_normal((1, 1, 4, 5))).astype(np.float32)
+    q[:, :, 1] = 0.0  # head 1: mean query exactly 0 -> cos 0
+    k[:, :, 2] = 0.0  # head 2: mean key exactly 0 -> cos 0
+    got = [float(v) for v in qk_drift(jnp.asarray(q), jnp.asarray(k))]
+    want = np_qk_drift(q, k)
+    np.testing.assert_allclose(got, want, atol=TOL, rtol=TOL)
+    # the convention matters: a naive cos would be NaN for heads 1 and 2
+    assert all(np.isfinite(got))
+
+
+def test_qk_drift_shared_direction():
+    """q = m + noise, k = 3 m + noise with exactly zero-mean noise: cos 1, norms |m|, 3|m|."""
+    r = rng(10)
+    m = r.standard_normal((2, 6))
+    noise = r.standard_normal((2, 4, 2, 6))
+    noise = np.concatenate([noise, -noise], axis=1)  # zero mean over (batch, tokens)
+    q = (m + noise).astype(np.float32)
+    k = (3 * m + 0.5 * noise).astype(np.float32)
+    nq, nk, c = (float(v) for v in qk_drift(jnp.asarray(q), jnp.asarray(k)))
+    norms = np.linalg.norm(m, axis=-1)
+    assert abs(nq - norms.mean()) < 1e-5 and abs(nk - 3 * norms.mean()) < 1e-5
+    assert abs(c - 1.0) < 1e-6
+
+
+def test_layer_metrics_selects_and_matches_pieces():
+    r = rng(11)
+    x, attn, y = (jnp.asarray(r.standard_normal((2, 6, 8)), jnp.float32) for _ in range(3))
+    w = jnp.asarray(_random_weights((2, 2, 6, 6), True, seed=3))
+    q, k = (jnp.asarray(r.standard_normal((2, 6, 2, 4)), jnp.float32) for _ in range(2))
+    from simlab.core.attention import row_entropy
+    from simlab.core.block import Layer
+
+    layer = Layer(
+        x, attn, y, row_entropy(w), jnp.max(w, -1), jnp.mean(q, (0, 1)), jnp.mean(k, (0, 1)), None
+    )
+    layer_metrics = jax.jit(metrics.layer_metrics, static_argnums=(0, 1))
+    out = layer_metrics(metrics.METRIC_NAMES, True, layer)
+    assert set(out) == set(metrics.METRIC_NAMES)
+    np.testing.assert_allclose(float(out["attn_cos_within"]), np_anisotropy(attn)[1], atol=TOL)
+    np.testing.assert_allclose(float(out["out_cos"]), np_anisotropy(y)[0], atol=TOL)
+    np.testing.assert_allclose(float(out["attn_entropy"]), np_attn_entropy(w, True), atol=TOL)
+    np.testing.assert_allclose(float(out["stable_rank"]), np_stable_rank(y), rtol=1e-4)
+    np.testing.assert_allclose(float(out["qk_mean_cos"]), np_qk_drift(q, k)[2], atol=TOL)
+    ratio = np_residual_ratio(attn, x)
+    np.testing.assert_allclose(float(out["attn_residual_ratio"]), ratio, rtol=1e-5)
+    sub = layer_metrics(("attn_max",), True, layer)
+    assert tuple(sub) == ("attn_max",) and float(sub["attn_max"]) == float(out["attn_max"])
+
+
+def test_residual_ratio_zero_rows_and_huge_values():
+    """A zero input row counts as ratio 0 (not NaN); a row with |x| ~ 1e30 (|x|^2 overflows
+    float32) still gives the exact ratio: here a_i = c x_i, so the ratio is |c| per token."""
+    x = np.ones((1, 4, 8), np.float32)
+    x[0, 1] = 0.0
+    x[0, 2] *= 1e30
+    c = np.array([2.0, 5.0, 0.5, 3.0], np.float32)[None, :, None]
+    got = float(jax.jit(metrics.residual_ratio)(jnp.asarray(c * x), jnp.asarray(x)))
+    np.testing.assert_allclose(got, (2.0 + 0.0 + 0.5 + 3.0) / 4, rtol=1e-6)
+    np.testing.assert_allclose(got, np_residual_ratio(c * x.astype(np.float64), x), rtol=1e-6)
