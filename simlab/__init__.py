@@ -16,6 +16,7 @@ _EXPORTS = {
     "load": "simlab.engine.results",
     "Results": "simlab.engine.results",
     "ConfigError": "simlab.errors",
+    "ResultsError": "simlab.errors",
     "Lab": "simlab.core.lab",
     "BlockSpec": "simlab.core.spec",
     "InputSpec": "simlab.core.spec",

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import importlib.util
 import sys
-
 import tomllib
 
 from simlab.errors import ConfigError
@@ -20,6 +19,7 @@ from simlab.errors import ConfigError
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("simlab.engine.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
+    "merge": ("simlab.engine.merge", "finish a sweep directory that --worker runs filled"),
     "plot": ("simlab.plot", "plot phase diagrams and curves from a finished sweep"),
     "reproduce": ("simlab.studies.reproduce", "reproduce the reference figures"),
     "check-theory": (
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.cli_main(args) or 0)
-    except (ConfigError, FileNotFoundError, tomllib.TOMLDecodeError) as e:
+    except (ConfigError, FileNotFoundError, tomllib.TOMLDecodeError) as e:  # ResultsError too
         print(f"simlab: error: {e}", file=sys.stderr)
         return 2
 

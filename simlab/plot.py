@@ -553,6 +553,11 @@ def cli_main(args) -> int:
 
     res = results.load(args.dir)
     if args.out is not None:
+        from simlab.engine.store import check_writable
+
+        if str(args.out).strip() == "" or Path(args.out).is_dir():
+            raise ConfigError(f"--out: {args.out!r} must name a figure file (e.g. plot.png)")
+        check_writable(Path(args.out).parent, "--out")
         out = Path(args.out)
     else:
         stem = "_".join(p for p in (args.metric, args.x, args.y) if p)

@@ -89,9 +89,15 @@ def qkv(p, a_BTD):
 
 
 def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
-    """The oracle: full weights, then A V W_O; entropy -sum_j w log w per row."""
-    q, k = attention.shape_qk(q, k, knobs, u_q_HK, u_k_HK, spec.qk_norm)
+    """The oracle: full weights, then A V W_O; entropy -sum_j w log w per row. The key shift's
+    logit term k_shift q'_i . u_k is constant over j, so softmax ignores it: it is left out of
+    the logits (as on the tiled path), which makes k_shift exactly invisible to the weights
+    instead of invisible up to the rounding of a huge constant. `Full.k` holds the shifted keys."""
+    q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
+    q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
+    k = knobs["k_scale"] * k
     w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
+    k = k + knobs["k_shift"] * u_k_HK
     out = attention.attend(w, v, p["wo"], p["bo"])
     return Attn(
         out,

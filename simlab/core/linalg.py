@@ -1,6 +1,6 @@
-"""The top eigenvalue of symmetric positive semi-definite matrices, for the stable rank: exact
-LAPACK tridiagonalisation up to LANCZOS_STEPS x LANCZOS_STEPS, Lanczos with full
-reorthogonalisation beyond, then Sturm-count multisection on the tridiagonal matrix
+"""The top eigenvalue of symmetric positive semi-definite matrices, for the stable rank: Lanczos
+with full reorthogonalisation (complete, so exact up to rounding, up to LANCZOS_STEPS x
+LANCZOS_STEPS; LANCZOS_STEPS steps beyond), then Sturm-count multisection on the tridiagonal matrix
 (docs/performance.md: no full eigensolver, no eigenvectors).
 """
 
@@ -92,8 +92,10 @@ def lanczos_tridiagonal(g, steps: int):
 def top_eigenvalue(g, steps: int = LANCZOS_STEPS):
     """Largest eigenvalue of symmetric positive semi-definite g (..., n, n).
 
-    n <= steps: exact (LAPACK tridiagonalisation, jax.lax.linalg.tridiagonal, then
-    `tridiagonal_top`). n > steps: `steps` Lanczos steps, then `tridiagonal_top`; on Gram
+    n <= steps: n Lanczos steps with full reorthogonalisation, a complete tridiagonalisation
+    (exact up to rounding), then `tridiagonal_top`. Pure XLA on purpose: LAPACK's (jax.lax.linalg
+    .tridiagonal) hung sweeps on several CPU devices under shard_map (docs/performance.md,
+    "Findings cited in the code"). n > steps: `steps` Lanczos steps, then `tridiagonal_top`; on Gram
     matrices of block outputs (n = 512, every kind of block and input, knobs from 0.1 to 100)
     32 steps already reach float32 rounding (<= 3e-7 relative to float64 eigvalsh), an isotropic
     Gaussian 512 x 768 matrix (the smallest relative gap we found) needs ~50: 64 keeps a margin.
@@ -101,9 +103,5 @@ def top_eigenvalue(g, steps: int = LANCZOS_STEPS):
     relative after 64 steps; the Ritz value is a lower bound, so the stable rank errs high).
     Faster than jnp.linalg.eigvalsh on CPU and far less sensitive to shared cores (no OpenBLAS
     threads for n > 64; docs/performance.md, "Findings cited in the code")."""
-    n = g.shape[-1]
-    if n <= steps:
-        _, d, e, _ = jax.lax.linalg.tridiagonal(g)
-    else:
-        d, e = lanczos_tridiagonal(g, steps)
+    d, e = lanczos_tridiagonal(g, min(g.shape[-1], steps))
     return tridiagonal_top(d, e)

@@ -33,9 +33,10 @@ def unit_vectors(x):
 
 
 def mean_pairwise_cos(x_ND):
-    """Mean cosine over the n (n - 1) ordered distinct pairs of rows of x (..., n, d)."""
+    """Mean cosine over the n (n - 1) ordered distinct pairs of rows of x (..., n, d); the
+    count in float (n (n - 1) overflows int32 from n = 46342)."""
     u = unit_vectors(x_ND)
-    n = x_ND.shape[-2]
+    n = float(x_ND.shape[-2])
     s = jnp.sum(u, axis=-2)
     num = jnp.sum(s * s, axis=-1) - jnp.sum(u * u, axis=(-2, -1))
     return num / (n * (n - 1))
@@ -72,7 +73,8 @@ def entropy_of_rows(h_BHT, keys: int, causal: bool):
     n_keys, valid = _row_weights(t, keys, causal)
     norm = jnp.log(jnp.where(valid, n_keys, 2).astype(h_BHT.dtype))
     h_BHT = jnp.where(valid, h_BHT / norm, 0.0)
-    return jnp.sum(h_BHT) / (jnp.sum(valid) * b * h)
+    rows = jnp.sum(valid).astype(h_BHT.dtype) * float(b * h)  # a float count: no int32 overflow
+    return jnp.sum(h_BHT) / rows
 
 
 def attn_entropy(w_BHTS, causal: bool):
@@ -88,14 +90,16 @@ def attn_max(w_BHTS):
 def stable_rank(y_BTD):
     """Mean over sequences of ||Y||_F^2 / ||Y||_2^2 (Y: T x D); ||Y||_2^2 is the top eigenvalue
     of the smaller Gram matrix (`top_eigenvalue`: exact up to 64 x 64, Lanczos beyond, converged
-    to float32 rounding). A zero Y counts as stable rank 0."""
+    to float32 rounding). A zero Y counts as stable rank 0; otherwise the ratio is clamped to
+    its exact lower bound 1 (||Y||_2 <= ||Y||_F), which rounding can undercut by an ulp."""
     _, t, d = y_BTD.shape
     m = jnp.max(jnp.abs(y_BTD), axis=(-2, -1), keepdims=True)
     y = y_BTD / jnp.where(m > 0, m, 1.0)
     gram = jnp.einsum("btd,bsd->bts", y, y) if t <= d else jnp.einsum("btd,bte->bde", y, y)
     top = top_eigenvalue(gram)
     fro = jnp.sum(y * y, axis=(-2, -1))
-    return jnp.mean(jnp.where(top > 0, fro / jnp.where(top > 0, top, 1.0), 0.0))
+    ratio = jnp.maximum(fro / jnp.where(top > 0, top, 1.0), 1.0)
+    return jnp.mean(jnp.where(top > 0, ratio, 0.0))
 
 
 def residual_ratio(a_BTD, x_BTD):

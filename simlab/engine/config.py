@@ -5,7 +5,8 @@ A config file has the tables
   [block]    fields of spec.BlockSpec          [inputs]  fields of spec.InputSpec
   [knobs]    fixed knob values (the rest take their defaults, simlab.core.knobs.KNOBS)
   [[axes]]   name, knobs (default [name]), and either space = "log" | "lin" with start, stop,
-             num, or values = [...]
+             num, or values = [...]: distinct values, ascending or descending (kept in the
+             order given); num = 1 needs start == stop
   [sweep]    seeds, base_seed, micro_batch, chunk_size, memory_budget_mb, metrics,
              matmul_precision
 Every check names the field (e.g. "axes[1].stop") and raises simlab.errors.ConfigError.
@@ -21,12 +22,12 @@ import hashlib
 import json
 import math
 import os
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomllib
 
 from simlab.core import knobs as knob_registry
 from simlab.core import spec
@@ -49,6 +50,13 @@ SWEEP_DEFAULTS: dict[str, Any] = {
 # otherwise use TF32 and TPUs bfloat16 passes for float32); "high" (bf16_3x / TF32),
 # "default" (the backend's fastest).
 MATMUL_PRECISIONS = ("highest", "high", "default")
+# Dimensions the results add themselves: no axis may take their names.
+RESERVED_DIMS = ("seed", "layer")
+# Sizes of a grid (each far beyond any sweep that fits a machine; the memory preflight,
+# simlab.engine.sweep, refuses what does not fit long before these).
+MAX_AXES = 8
+MAX_AXIS_POINTS = 1 << 20
+MAX_SEEDS = 1 << 20
 # Fields that change only memory or speed, never the numbers: left out of the fingerprint.
 NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
 
@@ -195,12 +203,25 @@ def apply_quick(cfg: Mapping[str, Any], quick: Mapping[str, Any] | None, where: 
 
 
 def read_toml(path: str | os.PathLike) -> dict[str, Any]:
-    """Parse a TOML file; a syntax error becomes a ConfigError naming the file."""
+    """Parse a TOML file; a missing or unreadable file, text that is not UTF-8 and a syntax
+    error each become a ConfigError naming the file."""
     p = Path(path)
+    if str(path) == "":
+        raise ConfigError("config: empty file name")
+    if not p.exists():
+        raise ConfigError(f"{p}: no such config file")
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such config file")
+        raise ConfigError(f"{p}: is not a file (a TOML config file is needed)")
     try:
-        return tomllib.loads(p.read_text())
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: is not UTF-8 text (byte {e.start}); a config is a TOML text file"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot be read ({e.strerror})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
 
@@ -209,6 +230,11 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
     """Validate a config given as a TOML path, a dict of tables, or a SweepConfig."""
     if isinstance(source, SweepConfig):
         return source
+    if not isinstance(source, (str, os.PathLike, Mapping)):
+        raise ConfigError(
+            f"config: must be a TOML path, a dict of tables or a SweepConfig, got "
+            f"{type(source).__name__} {source!r}"
+        )
     raw = read_toml(source) if isinstance(source, (str, os.PathLike)) else source
     if not isinstance(raw, Mapping):
         raise ConfigError(f"config: must be a table of tables, got {type(raw).__name__}")
@@ -222,6 +248,8 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
     axes_raw = raw.get("axes", [])
     if not isinstance(axes_raw, (list, tuple)) or not axes_raw:
         raise ConfigError("axes: need at least one [[axes]] table")
+    if len(axes_raw) > MAX_AXES:
+        raise ConfigError(f"axes: {len(axes_raw)} axes; at most {MAX_AXES}")
     axes = tuple(parse_axis(a, f"axes[{i}]") for i, a in enumerate(axes_raw))
     _check_axes(axes, fixed)
     swept = {k for a in axes for k in a.knobs}
@@ -239,6 +267,11 @@ def parse_axis(d: Any, where: str) -> Axis:
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name: must be a non-empty string, got {name!r}")
+    if name in RESERVED_DIMS:
+        raise ConfigError(
+            f"{where}.name: {name!r} is reserved for the results' own dimension; "
+            f"reserved: {', '.join(RESERVED_DIMS)}"
+        )
     knobs = d.get("knobs", [name] if name in knob_registry.KNOB_DEFAULTS else None)
     if knobs is None:
         raise ConfigError(
@@ -266,6 +299,10 @@ def parse_axis(d: Any, where: str) -> Axis:
             raise ConfigError(
                 f"{where}.values: must be a non-empty list of numbers, got {values!r}"
             )
+        if len(values) > MAX_AXIS_POINTS:
+            raise ConfigError(
+                f"{where}.values: {len(values)} values; at most {MAX_AXIS_POINTS} per axis"
+            )
         space = "values"
     else:
         space = d.get("space")
@@ -273,7 +310,7 @@ def parse_axis(d: Any, where: str) -> Axis:
             raise ConfigError(
                 f"{where}.space: {space!r} is not one of 'log', 'lin' (or give values = [...])"
             )
-        num = spec.check_int(f"{where}.num", num, 1)
+        num = spec.check_int(f"{where}.num", num, 1, MAX_AXIS_POINTS)
         for field, v in (("start", start), ("stop", stop)):
             if v is None:
                 raise ConfigError(f"{where}.{field}: required for space = {space!r}")
@@ -282,12 +319,23 @@ def parse_axis(d: Any, where: str) -> Axis:
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ConfigError(f"{where}.{field}: must be a finite number, got {v!r}")
         start, stop = float(start), float(stop)
+        if num == 1 and start != stop:
+            raise ConfigError(
+                f"{where}.num: 1 point needs start == stop (got {start:g} and {stop:g}); "
+                "give values = [x] for a single value"
+            )
         grid = np.geomspace if space == "log" else np.linspace
         values = grid(start, stop, num).tolist()
     for k in knobs:
         for v in values:
             knob_registry.check_knob(k, v, where)
     values = tuple(float(v) for v in values)
+    if len(set(values)) != len(values):
+        dup = next(v for v in values if values.count(v) > 1)
+        raise ConfigError(
+            f"{where}: the value {dup:g} appears more than once; an axis needs distinct values "
+            "(for lin/log: start != stop when num > 1)"
+        )
     return Axis(name, tuple(knobs), space, values, start, stop, num)
 
 
@@ -312,7 +360,7 @@ def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
             raise ConfigError(f"sweep.metrics: repeated metric in {list(metrics)}")
         metrics = tuple(metrics)
     return SweepSettings(
-        seeds=spec.check_int("sweep.seeds", v["seeds"], 1),
+        seeds=spec.check_int("sweep.seeds", v["seeds"], 1, MAX_SEEDS),
         base_seed=spec.check_int("sweep.base_seed", v["base_seed"], 0, 2**32 - 1),
         micro_batch=None
         if v["micro_batch"] is None
@@ -350,7 +398,9 @@ def _check_axes(axes: tuple[Axis, ...], fixed: Mapping[str, Any]) -> None:
 
 
 def _table(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    t = raw.get(name) or {}
+    t = raw.get(name, {})
+    if t is None:
+        t = {}
     if not isinstance(t, Mapping):
         raise ConfigError(f"{name}: must be a table, got {t!r}")
     return t

@@ -13,11 +13,14 @@ import dataclasses
 import json
 import os
 import tempfile
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from simlab.errors import ResultsError
 
 AXIS_PREFIX = "axis:"
 
@@ -89,8 +92,13 @@ def versions(*extra: str) -> dict[str, str]:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` via a temporary file and os.replace (all or nothing); the file
     gets the usual permissions (0666 less the umask), not mkstemp's 0600."""
+    from simlab.engine.claims import HOST
+
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    # host and pid in the name: the next writer removes a dead writer's leftovers
+    # (simlab.engine.claims.Coordinator.clean)
+    prefix = f".{path.name}.{HOST}.{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
@@ -139,18 +147,48 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object from `path`; ResultsError naming the file if it is unreadable or not one."""
+    try:
+        obj = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(
+            f"{path}: cannot be read as the {what} ({type(e).__name__}: {e})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ResultsError(f"{path}: is not the {what} (a JSON object is expected)")
+    return obj
+
+
 def load(path: str | os.PathLike) -> Results:
     """Load a sweep written by `simlab sweep` / `simlab.run_sweep` (a directory or its npz)."""
     p = Path(path)
     d = p.parent if p.suffix == ".npz" else p
     npz, mj = d / "results.npz", d / "meta.json"
     if not npz.exists() or not mj.exists():
-        raise FileNotFoundError(f"{d}: no finished sweep here (need results.npz and meta.json)")
-    meta = json.loads(mj.read_text())
-    with np.load(npz) as z:
-        arrays = {k: z[k] for k in z.files}
+        raise ResultsError(f"{d}: no finished sweep here (need results.npz and meta.json)")
+    meta = read_json(mj, "meta.json of a finished sweep")
+    if not isinstance(meta.get("axes", []), list):
+        raise ResultsError(f"{mj}: 'axes' is not a list; the file is not simlab's meta.json")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise ResultsError(
+            f"{npz}: cannot be read ({type(e).__name__}: {e}); rerun the sweep into a new "
+            "directory, or delete results.npz to rebuild it from chunks/"
+        ) from None
     order = [a["name"] for a in meta.get("axes", [])]
     found = [k[len(AXIS_PREFIX) :] for k in arrays if k.startswith(AXIS_PREFIX)]
     order = [n for n in order if n in found] + [n for n in found if n not in order]
     axes = OrderedDict((n, arrays.pop(AXIS_PREFIX + n)) for n in order)
+    shape = tuple(len(v) for v in axes.values())
+    for k, v in arrays.items():  # (*axes, ...), an axis of size 1 broadcasting
+        if v.ndim < len(shape) or any(n not in (m, 1) for n, m in zip(v.shape, shape)):
+            raise ResultsError(
+                f"{npz}: metric {k!r} has shape {v.shape}, not (*axes {shape}, seeds, ...); "
+                "the file is not a simlab result"
+            )
+    if not arrays or not axes:
+        raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
     return Results(axes, arrays, meta)

@@ -10,7 +10,9 @@ shape (*axes, seeds[, layer]). This module knows nothing about Transformers.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import numpy as np
 
 from simlab.engine import results
 from simlab.engine.config import SweepConfig, config_diff
-from simlab.errors import ConfigError
+from simlab.errors import ConfigError, ResultsError
 
 CHUNK_RE = re.compile(r"seed(\d+)_mb(\d+)-(\d+)\.npz")
 
@@ -68,21 +70,61 @@ def make_layout(
 
 
 class ChunkStore:
-    """Finished chunks of one sweep, keyed (seed, start, stop) by micro-batch range.
+    """Finished chunks of one sweep, keyed (seed, start, stop) by micro-batch range (the work
+    unit is one micro-batch of one seed, docs/design.md "Work units").
 
-    With a directory, chunks are written there atomically and existing files are picked up
-    (loaded lazily); without one (out=None), they live in memory.
+    With a directory, chunks are written there atomically, each with a record of the sweep
+    fingerprint, its range, its metrics and a sha256 of its arrays; files found there are
+    verified before they are trusted (`scan`, also picking up chunks other writers add): a file
+    that is unreadable, truncated, altered, of another sweep or lacking a metric is moved to
+    OUT/rejected/ with a warning naming it, and its micro-batches count as missing. Without a
+    directory (out=None) the chunks live in memory.
     """
 
-    def __init__(self, directory: Path | None):
-        self.dir = directory
+    def __init__(
+        self,
+        directory: Path | None,
+        fingerprint: str = "",
+        names: tuple[str, ...] = (),
+        micro_batch: int = 1,
+        warn=None,
+    ):
+        self.dir, self.fp, self.names, self.micro_batch = directory, fingerprint, names, micro_batch
+        self.warn = warn or (lambda msg: None)
         self.chunks: dict[tuple[int, int, int], Any] = {}
         self.covered: dict[int, set[int]] = {}
-        if directory is not None and directory.is_dir():
-            for p in sorted(directory.iterdir()):
-                m = CHUNK_RE.fullmatch(p.name)
-                if m:
-                    self._add(tuple(map(int, m.groups())), p)
+        self.rejected: list[str] = []
+        self._seen: set[str] = set()
+        self.scan()
+
+    def scan(self) -> int:
+        """Verify and add chunk files not seen yet; the number of micro-batches added."""
+        if self.dir is None or not self.dir.is_dir():
+            return 0
+        added = 0
+        for p in sorted(self.dir.iterdir()):
+            m = CHUNK_RE.fullmatch(p.name)
+            if not m or p.name in self._seen:
+                continue
+            self._seen.add(p.name)
+            key = tuple(map(int, m.groups()))
+            why = verify_chunk(p, key, self.fp, self.names, self.micro_batch)
+            if why is None:
+                added += len(set(range(key[1], key[2])) - self.covered.get(key[0], set()))
+                self._add(key, p)
+            else:
+                self._reject(p, why)
+        return added
+
+    def _reject(self, p: Path, why: str) -> None:
+        dest = p.parent.parent / "rejected" / p.name
+        try:
+            dest.parent.mkdir(exist_ok=True)
+            os.replace(p, dest)
+        except OSError:
+            dest = p
+        self.rejected.append(p.name)
+        self.warn(f"chunk {p.name} rejected ({why}); moved to {dest}; it will be recomputed")
 
     def _add(self, key, value) -> None:
         self.chunks[key] = value
@@ -93,7 +135,10 @@ class ChunkStore:
 
     def put(self, seed: int, start: int, stop: int, arrays: dict[str, np.ndarray]) -> None:
         if self.dir is not None:
-            results.atomic_save_npz(self.dir / f"seed{seed}_mb{start}-{stop}.npz", arrays)
+            name = f"seed{seed}_mb{start}-{stop}.npz"
+            record = chunk_record(self.fp, (seed, start, stop), arrays)
+            results.atomic_save_npz(self.dir / name, {**arrays, RECORD: np.asarray(record)})
+            self._seen.add(name)
         self._add((seed, start, stop), arrays)
 
     def merge(self, seed: int, layout: Layout) -> dict[str, np.ndarray]:
@@ -103,8 +148,8 @@ class ChunkStore:
             if s != seed:
                 continue
             if isinstance(v, Path):
-                with np.load(v) as z:
-                    v = {k: z[k] for k in z.files}
+                with np.load(v, allow_pickle=False) as z:
+                    v = {k: z[k] for k in z.files if k != RECORD}
             if buf is None:
                 buf = {
                     k: np.empty((layout.n_mb * mb,) + x.shape[1:], x.dtype) for k, x in v.items()
@@ -112,6 +157,65 @@ class ChunkStore:
             for k, x in v.items():
                 buf[k][a * mb : b * mb] = x
         return {k: x[: layout.n_points] for k, x in buf.items()}
+
+
+# The key of a chunk file's record (JSON): fingerprint, range, metric shapes, sha256.
+RECORD = "__chunk__"
+
+
+def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over every array's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        x = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{x.dtype.str}|{x.shape}|".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def chunk_record(fp: str, key: tuple[int, int, int], arrays: dict[str, np.ndarray]) -> str:
+    return json.dumps(
+        {
+            "fingerprint": fp,
+            "seed": key[0],
+            "start": key[1],
+            "stop": key[2],
+            "metrics": sorted(arrays),
+            "sha256": arrays_sha256(arrays),
+        }
+    )
+
+
+def verify_chunk(
+    path: Path, key: tuple[int, int, int], fp: str, names: tuple[str, ...], micro_batch: int
+) -> str | None:
+    """None when the chunk file at `path` is this sweep's chunk `key`, complete and intact;
+    otherwise why not."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # truncated, empty, not a zip, bad member: all mean "unreadable"
+        return f"unreadable: {type(e).__name__}"
+    if RECORD not in arrays:
+        return "no chunk record (not written by this version of simlab)"
+    try:
+        rec = json.loads(str(arrays.pop(RECORD)))
+    except (ValueError, TypeError):
+        return "chunk record is not JSON"
+    if rec.get("fingerprint") != fp:
+        return "belongs to another sweep (fingerprint differs)"
+    if (rec.get("seed"), rec.get("start"), rec.get("stop")) != key:
+        return "its record names another range than its file name"
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        return f"lacks metrics {missing}"
+    rows = (key[2] - key[1]) * micro_batch
+    bad = [k for k, x in arrays.items() if x.ndim < 1 or x.shape[0] != rows]
+    if bad:
+        return f"metrics {bad} do not have {rows} rows"
+    if rec.get("sha256") != arrays_sha256(arrays):
+        return "checksum mismatch (the arrays were altered)"
+    return None
 
 
 def merge(store: ChunkStore, cfg: SweepConfig, layout: Layout, names) -> dict[str, np.ndarray]:
@@ -125,21 +229,44 @@ def merge(store: ChunkStore, cfg: SweepConfig, layout: Layout, names) -> dict[st
     return metrics
 
 
+def check_writable(out: str | os.PathLike, where: str = "--out") -> Path:
+    """The output directory as a Path, refused (ConfigError naming `where`) when it is empty,
+    exists as a file, lies below a file, or cannot be created or written by this user."""
+    if str(out).strip() == "":
+        raise ConfigError(f"{where}: empty path; name an output directory")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{where}: {out} exists and is not a directory")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{where}: {out} lies below {parent}, which is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{where}: {parent} is not writable by this user; choose another place")
+    return out
+
+
 def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
-    """Refuse a directory that holds another sweep or other files; True when it holds this
-    finished sweep."""
+    """Refuse a directory that holds another sweep or other files, or that cannot be written;
+    True when it holds this finished sweep."""
+    out = check_writable(out)
     if not out.exists():
         return False
     if not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a directory")
     sj = out / "sweep.json"
     if not sj.exists():
-        if any(out.iterdir()):
+        # what another writer starting at this moment may have made already is not "other files"
+        ours = {".lock", "claims", "chunks", "rejected"}
+        if any(p.name not in ours and not p.name.startswith(".") for p in out.iterdir()):
             raise ConfigError(
                 f"{out}: is not empty and holds no sweep.json; use a new or empty directory"
             )
         return False
-    old = json.loads(sj.read_text())
+    old = results.read_json(sj, "sweep.json of a sweep directory")
+    if not isinstance(old.get("fingerprint"), str):
+        raise ResultsError(f"{sj}: has no fingerprint; the file is not simlab's sweep.json")
     if old.get("fingerprint") != fp:
         diff = config_diff(old.get("config", {}), config)
         raise ConfigError(
@@ -147,3 +274,26 @@ def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
             "use another --out directory or delete it"
         )
     return (out / "results.npz").exists() and (out / "meta.json").exists()
+
+
+def claim_directory(out: Path, config: dict[str, Any], fp: str) -> None:
+    """Make `out` this sweep's directory: create sweep.json exclusively (os.link of a complete
+    temporary file: of two writers starting together exactly one creates it), or refuse when it
+    already names another sweep. Call under the directory lock (simlab.engine.claims)."""
+    sj = out / "sweep.json"
+    if not sj.exists():
+        tmp = out / f".sweep.json.{os.getpid()}.new"
+        tmp.write_text(json.dumps({"fingerprint": fp, "config": config}, indent=2))
+        try:
+            os.link(tmp, sj)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    old = results.read_json(sj, "sweep.json of a sweep directory")
+    if old.get("fingerprint") != fp:
+        diff = config_diff(old.get("config", {}), config)
+        raise ConfigError(
+            f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'}); "
+            "use another --out directory or delete it"
+        )

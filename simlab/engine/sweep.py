@@ -25,22 +25,24 @@ amortises each call's fresh allocations. A chunk never exceeds one seed's (devic
 grid. Nothing is compiled to choose the layout.
 
 On disk (OUT/):
-  sweep.json           fingerprint + canonical config, written when the sweep starts
+  sweep.json           fingerprint + canonical config, created exclusively when the sweep starts
   chunks/seed{S}_mb{A}-{B}.npz  metrics of micro-batches [A, B) of seed S (padding included,
-                       chunk padding excluded), written atomically as each chunk finishes;
-                       kept after the merge (small; lets results.npz be rebuilt)
+                       chunk padding excluded) and a record (fingerprint, range, sha256),
+                       written atomically as each chunk finishes; verified before use; kept
+                       after the merge (small; lets results.npz be rebuilt)
+  .lock, claims/       the writers' lock and claims (simlab.engine.claims)
+  rejected/            chunk files that failed verification (recomputed)
   results.npz, meta.json  written by simlab.engine.results.save after the merge
-Resume: a re-run with the same fingerprint skips every chunk whose micro-batches are all in
-chunk files, whatever chunk size wrote them (micro-batch granularity; a chunk only partly
-covered is recomputed whole).  A finished directory is loaded, not recomputed; a directory
-holding another sweep is refused.
+Work units and resume: a unit is one micro-batch of one seed. A re-run with the same
+fingerprint computes only the units no verified chunk file covers, whatever chunk size wrote
+them; `worker=(I, N)` restricts a run to a share of the units (docs/design.md, "Work units").
+A finished directory is loaded, not recomputed; a directory holding another sweep is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
 import os
@@ -56,7 +58,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
-from simlab.engine import compile_cache, results
+from simlab.engine import claims, compile_cache, memory, results
 from simlab.engine.config import (
     SweepConfig,
     default_config_path,
@@ -64,7 +66,15 @@ from simlab.engine.config import (
     load_config,
     read_toml,
 )
-from simlab.engine.store import ChunkStore, Layout, check_out_dir, make_layout, merge
+from simlab.engine.store import (
+    ChunkStore,
+    Layout,
+    check_out_dir,
+    check_writable,
+    claim_directory,
+    make_layout,
+    merge,
+)
 from simlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -262,7 +272,8 @@ def run_sweep(
     quiet: bool = False,
     lab=None,
     on_chunk: Callable[[ChunkInfo], None] | None = None,
-) -> results.Results:
+    worker: tuple[int, int] | None = None,
+) -> results.Results | None:
     """Run (or resume, or load) a sweep and return its Results.
 
     config: a TOML path, a dict of tables, or a SweepConfig; block/inputs/knobs/axes/sweep
@@ -271,6 +282,11 @@ def run_sweep(
     sweep.chunk_size.  lab: a model with the simlab.core.lab.Lab protocol (default:
     Lab(block, inputs)).
     on_chunk: called with a ChunkInfo after each computed chunk is stored.
+    worker: (I, N) computes only worker I's share of the work units (a contiguous block of the
+    seed-major list of (seed, micro-batch) units), writes its chunks and returns None without
+    merging; a later plain run (or `simlab merge`) computes what is missing and merges. Needs
+    `out`. Under jax.distributed with `out`, process i takes share (i, process_count), process 0
+    then finishes and merges, and every process returns the merged Results.
     """
     t0 = time.perf_counter()
     tables = _tables(config)
@@ -291,84 +307,243 @@ def run_sweep(
     resolved = cfg.to_dict()
     resolved["sweep"]["metrics"] = list(names)
     fp = fingerprint(resolved)
-    out_dir = None if out is None else Path(out)
+    out_dir = None if out is None else check_writable(out)
+    if worker is not None:
+        worker = check_worker(worker, out_dir)
+    elif out_dir is not None and jax.process_count() > 1:
+        worker = (jax.process_index(), jax.process_count())
+        quiet = quiet or worker[0] != 0
     if out_dir is not None and check_out_dir(out_dir, resolved, fp):
         log.info("%s: finished sweep found; loading it", out_dir)
+        leftovers = [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
+        if os.access(out_dir, os.W_OK) and (leftovers or (out_dir / "claims").exists()):
+            coord = claims.Coordinator(out_dir)
+            with coord.lock():
+                coord.clean()
+            coord.tidy()
         return results.load(out_dir)
-    return _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0)
+    preflight(cfg, lab, names)
+    distributed = worker is not None and jax.process_count() > 1 and worker[1] > 1
+    res = _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker)
+    if distributed:  # process 0 merged (it waits for every unit); the others wait for it
+        return res if res is not None else wait_for_results(out_dir)
+    return res
 
 
-def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> results.Results:
-    """Compute the missing chunks, merge, and save (after all validation has passed)."""
+def check_worker(worker, out_dir) -> tuple[int, int]:
+    """(I, N) with 0 <= I < N, and an output directory to share the work through."""
+    try:
+        i, n = (int(w) for w in worker)
+    except (TypeError, ValueError):
+        raise ConfigError(f"worker: must be (I, N), got {worker!r}") from None
+    if not 0 <= i < n:
+        raise ConfigError(f"--worker: {i}/{n}: I must be in 0..N-1 and N >= 1")
+    if out_dir is None:
+        raise ConfigError("--worker: needs --out (the workers share their chunks there)")
+    return i, n
+
+
+def wait_for_results(out_dir: Path, poll_s: float = 0.5) -> results.Results:
+    """Wait for results.npz and meta.json in out_dir (written by the merging process)."""
+    while not ((out_dir / "results.npz").exists() and (out_dir / "meta.json").exists()):
+        time.sleep(poll_s)
+    return results.load(out_dir)
+
+
+def worker_from_env() -> tuple[int, int] | None:
+    """(SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_COUNT) inside a Slurm job
+    array, else None."""
+    task, count = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_ARRAY_TASK_COUNT")
+    if task is None or count is None:
+        return None
+    try:
+        first = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        return int(task) - first, int(count)
+    except ValueError:
+        raise ConfigError(
+            f"SLURM_ARRAY_TASK_ID={task!r}, SLURM_ARRAY_TASK_COUNT={count!r}: not integers"
+        ) from None
+
+
+def parse_worker(text: str) -> tuple[int, int]:
+    """ "I/N" -> (I, N)."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--worker: {text!r} is not I/N (e.g. 0/4)") from None
+    return i, n
+
+
+def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
+    """Refuse (ConfigError) a sweep whose seed state, micro-batch and results cannot fit in
+    memory (simlab.engine.memory), before anything is computed or written."""
+    swept = [k for a in cfg.axes for k in a.knobs]
+    micro = bytes_per_micro_batch(lab, names, cfg.knobs, swept, cfg.sweep.micro_batch)
+    block = getattr(lab, "block", None)
+    if block is not None:
+        per_point = len(names) * block.depth
+    else:  # a lab without a block spec: the metric shapes from one abstract point
+        state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
+        kn = {k: jax.ShapeDtypeStruct((), knob_dtype()) for k in (*cfg.knobs, *swept)}
+        out = jax.eval_shape(lab.point, state, kn)
+        per_point = sum(math.prod(out[k].shape) for k in names)
+    seed_state = jitted(lab, names, local_mesh())[0]  # eval_shape's trace is reused by lower
+    return memory.check_fits(cfg, lab, names, seed_state, micro, per_point, knob_dtype().itemsize)
+
+
+def share_of(worker: tuple[int, int] | None, seeds: int, n_mb: int) -> dict[int, set[int]]:
+    """seed -> micro-batches of worker I of N: a contiguous block of the seed-major list of all
+    seeds x n_mb work units (everything when worker is None). Depends on the config alone."""
+    total = seeds * n_mb
+    lo, hi = (
+        (0, total)
+        if worker is None
+        else (worker[0] * total // worker[1], (worker[0] + 1) * total // worker[1])
+    )
+    out: dict[int, set[int]] = {}
+    for u in range(lo, hi):
+        out.setdefault(u // n_mb, set()).add(u % n_mb)
+    return out
+
+
+def next_chunk(
+    layout: Layout, wanted: dict[int, set[int]], covered, held: dict[int, set[int]]
+) -> tuple[int, int, int] | None:
+    """The first run of wanted micro-batches that no chunk covers and no one holds, at most
+    layout.chunk_mb long, aligned to the layout's chunks (so a lone writer computes exactly
+    the chunks of the layout)."""
+    for seed in sorted(wanted):
+        done, busy = covered.get(seed, set()), held.get(seed, set())
+        free = sorted(m for m in wanted[seed] if m not in done and m not in busy)
+        if not free:
+            continue
+        a = free[0]
+        stop = min((a // layout.chunk_mb + 1) * layout.chunk_mb, layout.n_mb)
+        b = a + 1
+        while b < stop and b in wanted[seed] and b not in done and b not in busy:
+            b += 1
+        return seed, a, b
+    return None
+
+
+def _compute(
+    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker=None
+) -> results.Results | None:
+    """Compute the missing chunks (this writer's share), then, unless a worker, wait for the
+    rest, merge and save (after all validation has passed)."""
     mesh = local_mesh()
     devices = list(mesh.devices.flat)
     replicated, sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P("points"))
     st = cfg.sweep
     grid = grid_knobs(cfg)
     layout, layout_meta = choose_layout(cfg, lab, names, len(devices))
-
+    coord = None
     if out_dir is not None:
-        (out_dir / "chunks").mkdir(parents=True, exist_ok=True)
-        if not (out_dir / "sweep.json").exists():
-            results.atomic_write_bytes(
-                out_dir / "sweep.json",
-                json.dumps({"fingerprint": fp, "config": resolved}, indent=2).encode(),
-            )
-    store = ChunkStore(None if out_dir is None else out_dir / "chunks")
-    todo = [
-        (s, *layout.chunk(c))
-        for s in range(st.seeds)
-        for c in range(layout.chunks_per_seed)
-        if not store.covers(s, *layout.chunk(c))
-    ]
+        coord = claims.Coordinator(out_dir)
+        with coord.lock():
+            claim_directory(out_dir, resolved, fp)
+            for name in coord.clean():
+                log.info("%s: removed %s (left by a writer that is gone)", out_dir, name)
+            (out_dir / "chunks").mkdir(exist_ok=True)
+    store = ChunkStore(
+        None if out_dir is None else out_dir / "chunks", fp, names, st.micro_batch, log.warning
+    )
+    everything = share_of(None, st.seeds, layout.n_mb)
+    mine = share_of(worker, st.seeds, layout.n_mb)
+    finish = worker is None or (jax.process_count() > 1 and worker[0] == 0 and worker[1] > 1)
     total = cfg.n_points * st.seeds
-    todo_points = sum(layout.real_points(a, b) for _, a, b in todo)
-    n_reused = st.seeds * layout.chunks_per_seed - len(todo)
-    log.info("sweep: %d chunks to compute, %d reused", len(todo), n_reused)
+
+    def missing_points() -> int:
+        return sum(
+            layout.real_points(m, m + 1)
+            for seed, ms in everything.items()
+            for m in ms - store.covered.get(seed, set())
+        )
 
     fixed = jax.device_put({k: knob_dtype().type(v) for k, v in cfg.knobs.items()}, replicated)
     compiled_state = compiled = None
-    compile_s = 0.0
-    if todo:
-        tc = time.perf_counter()
-        cache = compile_cache.enable()
-        compiled_state, compiled = compile_sweep(
-            lab, names, mesh, fixed, layout, grid, st.matmul_precision, replicated, sharded
-        )
-        compile_s = time.perf_counter() - tc
-        log.info("sweep: compiled in %.2f s (compilation cache: %s)", compile_s, cache or "off")
-    state, state_seed = None, None
-    t_compute = time.perf_counter()
-    with tqdm(
-        total=total,
-        initial=total - todo_points,
-        unit="pt",
-        disable=quiet,
-        desc="sweep",
-        dynamic_ncols=True,
-    ) as bar:
-        for s, a, b in todo:
-            if state_seed != s:
-                key = jax.random.fold_in(jax.random.PRNGKey(st.base_seed), s)
-                state, state_seed = jax.device_put(compiled_state(key), replicated), s
-            idx = layout.point_index(a)
-            swept = jax.device_put(
-                {k: v[idx].reshape(layout.chunk_mb, st.micro_batch) for k, v in grid.items()},
-                sharded,
-            )
-            res = compiled(state, fixed, swept)
-            keep = (b - a) * st.micro_batch
-            store.put(
-                s,
-                a,
-                b,
-                {k: np.asarray(x).reshape((-1,) + x.shape[2:])[:keep] for k, x in res.items()},
-            )
-            bar.update(layout.real_points(a, b))
-            release_host_memory()
-            if on_chunk is not None:
-                on_chunk(ChunkInfo(s, a, b, layout.real_points(a, b)))
-    compute_s = time.perf_counter() - t_compute
+    compile_s = compute_s = 0.0
+    state, state_seed, computed, computed_points, reused0 = None, None, 0, 0, None
+    with tqdm(total=total, unit="pt", disable=quiet, desc="sweep", dynamic_ncols=True) as bar:
+        bar.update(total - missing_points())
+        reused0 = len(store.chunks)
+        try:
+            while True:
+                wanted = mine
+                if coord is None:
+                    job, held = next_chunk(layout, wanted, store.covered, {}), {}
+                else:
+                    with coord.lock():
+                        # claims first, then chunk files: a writer writes its chunk before it
+                        # drops the claim, so a unit is seen either held or done, never neither
+                        held = coord.held()
+                        before = missing_points()
+                        store.scan()  # chunks other writers finished meanwhile
+                        bar.update(before - missing_points())
+                        job = next_chunk(layout, wanted, store.covered, held)
+                        if job is None and finish:  # this share done: help with the rest
+                            wanted = everything
+                            job = next_chunk(layout, wanted, store.covered, held)
+                        claim = coord.claim(*job) if job is not None else None
+                if job is None:
+                    if not finish or missing_points() == 0:
+                        break
+                    time.sleep(0.5)  # the rest is held by other live writers: wait for it
+                    before = missing_points()
+                    with coord.lock():
+                        store.scan()
+                    bar.update(before - missing_points())
+                    continue
+                if compiled is None:
+                    tc = time.perf_counter()
+                    cache = compile_cache.enable()
+                    compiled_state, compiled = compile_sweep(
+                        lab,
+                        names,
+                        mesh,
+                        fixed,
+                        layout,
+                        grid,
+                        st.matmul_precision,
+                        replicated,
+                        sharded,
+                    )
+                    compile_s = time.perf_counter() - tc
+                    log.info("sweep: compiled in %.2f s (cache: %s)", compile_s, cache or "off")
+                s, a, b = job
+                tc = time.perf_counter()
+                if state_seed != s:
+                    key = jax.random.fold_in(jax.random.PRNGKey(st.base_seed), s)
+                    state, state_seed = jax.device_put(compiled_state(key), replicated), s
+                idx = layout.point_index(a)
+                swept = jax.device_put(
+                    {k: v[idx].reshape(layout.chunk_mb, st.micro_batch) for k, v in grid.items()},
+                    sharded,
+                )
+                res = compiled(state, fixed, swept)
+                keep = (b - a) * st.micro_batch
+                before = missing_points()
+                store.put(
+                    s,
+                    a,
+                    b,
+                    {k: np.asarray(x).reshape((-1,) + x.shape[2:])[:keep] for k, x in res.items()},
+                )
+                if coord is not None:
+                    coord.release(claim)
+                compute_s += time.perf_counter() - tc
+                computed += 1
+                computed_points += layout.real_points(a, b)
+                bar.update(before - missing_points())
+                release_host_memory()
+                if on_chunk is not None:
+                    on_chunk(ChunkInfo(s, a, b, layout.real_points(a, b)))
+        finally:
+            if coord is not None:
+                coord.close()
+    if not finish:
+        log.info("sweep: worker %d/%d computed %d chunks", worker[0], worker[1], computed)
+        return None
 
     metrics = merge(store, cfg, layout, names)
     axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
@@ -383,20 +558,24 @@ def _compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0) -> res
         "versions": results.versions(),
         "devices": [str(d) for d in devices],
         "n_devices": len(devices),
+        "n_processes": jax.process_count(),
         "n_points": cfg.n_points,
         "seeds": st.seeds,
         "layout": layout_meta,
-        "chunks_computed": len(todo),
-        "chunks_reused": n_reused,
+        "chunks_computed": computed,
+        "chunks_reused": reused0,
+        "chunks_rejected": store.rejected,
         "compile_time_s": compile_s,
         "matmul_precision": st.matmul_precision,
         "compute_time_s": compute_s,
-        "points_per_second": todo_points / compute_s if todo and compute_s > 0 else None,
+        "points_per_second": computed_points / compute_s if computed and compute_s > 0 else None,
         "wall_time_s": time.perf_counter() - t0,
     }
     if out_dir is None:
         return results.Results(axes, metrics, meta)
-    return results.save(out_dir, axes, metrics, meta)
+    saved = results.save(out_dir, axes, metrics, meta)
+    coord.tidy()
+    return saved
 
 
 def release_host_memory() -> None:
@@ -426,6 +605,11 @@ def _tables(config) -> dict[str, Any]:
         return config.to_dict()
     if isinstance(config, (str, os.PathLike)):
         return read_toml(config)
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            f"config: must be a TOML path, a dict of tables or a SweepConfig, got "
+            f"{type(config).__name__} {config!r}"
+        )
     return dict(config)
 
 
@@ -459,6 +643,46 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_cache_argument(parser)
+    add_worker_arguments(parser)
+
+
+def add_worker_arguments(parser) -> None:
+    """--worker I/N and the jax.distributed flags (docs/design.md, "Work units")."""
+    parser.add_argument(
+        "--worker",
+        metavar="I/N",
+        default=None,
+        help="compute only worker I's share of N (0-based) and do not merge; default inside a "
+        "Slurm job array: SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT",
+    )
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="call jax.distributed.initialize() (from the cluster's environment, or the flags "
+        "below): each process takes its share, process 0 merges",
+    )
+    parser.add_argument("--coordinator", default=None, help="jax.distributed: HOST:PORT")
+    parser.add_argument("--num-processes", type=int, default=None, help="jax.distributed")
+    parser.add_argument("--process-id", type=int, default=None, help="jax.distributed")
+
+
+def init_distributed(args) -> None:
+    """jax.distributed.initialize with the given flags (the rest from the environment)."""
+    if not (args.distributed or args.coordinator):
+        return
+    kw = {
+        k: v
+        for k, v in (
+            ("coordinator_address", args.coordinator),
+            ("num_processes", args.num_processes),
+            ("process_id", args.process_id),
+        )
+        if v is not None
+    }
+    try:
+        jax.distributed.initialize(**kw)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"--distributed: jax.distributed.initialize failed: {e}") from None
 
 
 def add_cache_argument(parser) -> None:
@@ -482,7 +706,17 @@ def cli_main(args) -> int:
     if (args.config is None) == (not args.default):
         raise ConfigError("sweep: give either CONFIG.toml or --default (exactly one)")
     config = default_config_path() if args.default else args.config
-    res = run_sweep(config, out=args.out, chunk_size=args.chunk_size, quiet=args.quiet)
+    worker = parse_worker(args.worker) if args.worker else worker_from_env()
+    init_distributed(args)
+    res = run_sweep(
+        config, out=args.out, chunk_size=args.chunk_size, quiet=args.quiet, worker=worker
+    )
+    if res is None:
+        print(
+            f"worker {worker[0]}/{worker[1]}: its chunks are in {Path(args.out) / 'chunks'}; "
+            f"`simlab merge {args.out}` (or the same `simlab sweep` without --worker) merges"
+        )
+        return 0
     shape = "x".join(map(str, next(iter(res.metrics.values())).shape))
     print(
         f"results in {Path(args.out)}: results.npz + meta.json ({len(res.metrics)} metrics, "

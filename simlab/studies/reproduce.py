@@ -39,8 +39,15 @@ from typing import Any
 import numpy as np
 
 from simlab import plot, theory
-from simlab.engine.config import EXPERIMENT_KEYS, apply_quick, experiments_dir, read_toml
+from simlab.engine.config import (
+    EXPERIMENT_KEYS,
+    apply_quick,
+    experiments_dir,
+    load_config,
+    read_toml,
+)
 from simlab.engine.results import Results
+from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
 
 # Theory overlays a heatmap may name: name -> curve (x, y, label) from the sweep's results.
@@ -72,7 +79,7 @@ def experiment_config(
     then `extra` (same form; used by the tests to shrink every experiment further)."""
     path = (Path(directory) if directory is not None else experiments_dir()) / f"{name}.toml"
     if not path.exists():
-        raise FileNotFoundError(
+        raise ConfigError(
             f"{path}: experiment config not found (run from a clone of the "
             "simlab repository, installed with pip install -e ., or set "
             "SIMLAB_EXPERIMENTS)"
@@ -301,7 +308,11 @@ def reproduce(
                 f"{', '.join(groups)}, or configs {', '.join(files)}"
             )
         configs += [c for c in groups.get(n, [n]) if c not in configs]
-    out = Path(out) if out is not None else Path("figures") / ("quick" if quick else "")
+    out = check_writable(
+        out if out is not None else Path("figures") / ("quick" if quick else ""), "--out"
+    )
+    for n in configs:  # every sweep validated before the first one runs
+        load_config(experiment_config(n, quick, directory, extra))
     done = {}
     r = Run(out, quick, quiet, extra, None if directory is None else Path(directory))
     for i, n in enumerate(configs, 1):

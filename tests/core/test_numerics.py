@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import simlab
 from simlab.core.knobs import KNOB_DEFAULTS
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.metrics import METRIC_NAMES
@@ -33,20 +34,52 @@ def stacked(points):
 
 
 # ----------------------------------------------------------------------------- finiteness
-GRID = [
-    dict(q_scale=q, temperature=t, drift_norm=n)
-    for q, t, n in itertools.product((1e-4, 1.0, 1e4), (1e-4, 1.0, 1e4), (0.0, 1e3, 1e6))
-]
+# The corners of the ranges docs/config.md promises ("Numerics"): joint q/k scale lambda in
+# [0, 1e6], temperature in [1e-6, 1e6], drift_norm, q_shift, k_shift in [0, 1e8], qk_norm_gain in
+# [0, 1e6] (with QK-norm), plus the plain point (all defaults) and a mid-range point.
+LIMITS = dict(lam=(0.0, 1e-6, 1e6), temperature=(1e-6, 1e6), drift_norm=(0.0, 1e8))
+LIMITS.update(q_shift=(0.0, 1e8), k_shift=(0.0, 1e8), qk_norm_gain=(1e-6, 1e6))
 
 
-SPECS = list(itertools.product(("post_ln", "attention"), (False, True), ("none", "layernorm")))
+def corner(lam, **kn):
+    return dict(q_scale=lam, k_scale=lam, **kn)
+
+
+GRID = [corner(**dict(zip(LIMITS, v))) for v in itertools.product(*LIMITS.values())]
+GRID += [corner(1.0, temperature=1.0), corner(3.0, temperature=0.3, drift_norm=2.0)]
+# every block kind with and without QK-norm and causal masking; the input kinds rotate so that
+# each meets several block kinds; one depth-3 stack
+SPECS = [
+    (kind, causal, qk, inp, 1)
+    for (kind, causal, qk), inp in zip(
+        itertools.product(
+            ("attention", "post_ln", "pre_ln", "parallel"), (False, True), ("none", "layernorm")
+        ),
+        itertools.cycle(("gaussian", "embedding", "anisotropic", "student_t", "rademacher")),
+    )
+] + [("post_ln", False, "rmsnorm", "gaussian", 1), ("attention", True, "none", "embedding", 3)]
 
 
 @pytest.fixture(scope="module")
 def grid_results():
-    """All 8 specs x 27 points in ONE compiled call (XLA compiles one module with 8 Labs
-    about twice as fast as 8 modules)."""
-    labs = [Lab(BlockSpec(kind=k, causal=c, qk_norm=q, **SPEC_KW), ISPEC) for k, c, q in SPECS]
+    """All specs x all grid points in ONE compiled call (one XLA module with every Lab compiles
+    about twice as fast as one module per Lab)."""
+    labs = [
+        Lab(
+            BlockSpec(
+                kind=k,
+                causal=c,
+                qk_norm=q,
+                depth=L,
+                d_model=16,
+                n_heads=2,
+                mlp_ratio=2,
+                init="fan_in",
+            ),
+            InputSpec(kind=inp, batch=2, length=T, vocab=40, embed_std=1.0),
+        )
+        for k, c, q, inp, L in SPECS
+    ]
     states = [lab.seed_state(jax.random.PRNGKey(0)) for lab in labs]
     run = jax.jit(
         lambda sts, kn: [
@@ -60,38 +93,101 @@ def grid_results():
     }
 
 
-@pytest.mark.parametrize("kind,causal,qk_norm", SPECS)
-def test_metrics_finite_and_in_range_at_extreme_knobs(grid_results, kind, causal, qk_norm):
-    """Every metric finite on the 27-point grid q_scale x temperature x drift_norm, and inside
-    its exact range: cosines in [-1, 1], entropy in [0, 1], 1/S <= mean max weight <= 1,
-    stable rank in [1, min(T, D)], norms >= 0 (ranges up to a few float32 ulp)."""
-    out = grid_results[kind, causal, qk_norm]
+@pytest.mark.parametrize("spec", SPECS, ids=["-".join(map(str, s)) for s in SPECS])
+def test_metrics_finite_and_in_range_at_extreme_knobs(grid_results, spec):
+    """Every metric finite at every corner of the promised ranges and inside its exact range:
+    cosines in [-1, 1], entropy in [0, 1], 1/S <= mean max weight <= 1, stable rank in
+    [1, min(T, D)] (exactly: it is clamped at its bound 1), norms and ratios >= 0 (ranges up to a
+    few float32 ulp)."""
+    out = grid_results[spec]
     assert set(out) == set(METRIC_NAMES)
     for name, arr in out.items():
-        bad = [GRID[i] for i in np.nonzero(~np.isfinite(arr))[0]]
+        bad = [GRID[i] for i in np.nonzero(~np.isfinite(arr).reshape(len(GRID), -1).all(1))[0]]
         assert not bad, f"{name} not finite at {bad[:3]}"
     e = 1e-5
-    for name in (
-        "input_cos",
-        "input_cos_within",
-        "attn_cos",
-        "attn_cos_within",
-        "out_cos",
-        "out_cos_within",
-        "qk_mean_cos",
-    ):
+    for name in [m for m in METRIC_NAMES if m.endswith("_cos") or m.endswith("_cos_within")]:
         assert np.all(np.abs(out[name]) <= 1 + e), name
     assert np.all((out["attn_entropy"] >= -e) & (out["attn_entropy"] <= 1 + e))
     assert np.all((out["attn_max"] >= 1 / T - e) & (out["attn_max"] <= 1 + e))
-    assert np.all((out["stable_rank"] >= 1 - e) & (out["stable_rank"] <= min(T, D) + 1e-3))
-    assert np.all(out["q_mean_norm"] >= 0) and np.all(out["k_mean_norm"] >= 0)
+    assert np.all((out["stable_rank"] >= 1) & (out["stable_rank"] <= min(T, 16) + 1e-3))
+    for name in ("q_mean_norm", "k_mean_norm", "attn_residual_ratio"):
+        assert np.all(out[name] >= 0), name
     # the knobs have their effect at the extremes too: a huge drift makes the inputs one
-    # direction (input cosine -> 1), tiny temperature and big q_scale make attention sharp
-    i_drift = GRID.index(dict(q_scale=1.0, temperature=1.0, drift_norm=1e6))
-    assert out["input_cos"][i_drift] > 1 - 1e-6
-    if qk_norm == "none":
-        i_sharp = GRID.index(dict(q_scale=1e4, temperature=1e-4, drift_norm=0.0))
-        assert out["attn_max"][i_sharp] > 0.99
+    # direction (input cosine -> 1); huge scales and a tiny temperature make attention sharp
+    # unless QK-norm with a tiny gain flattens it
+    i_drift = GRID.index(
+        corner(
+            1e6,
+            **dict(temperature=1e6, drift_norm=1e8, q_shift=0.0, k_shift=0.0, qk_norm_gain=1e-6),
+        )
+    )
+    assert np.all(out["input_cos"][i_drift] > 1 - 1e-6)
+    if spec[2] == "none" and spec[3] != "embedding":  # (repeated token ids tie the logits)
+        i_sharp = GRID.index(
+            corner(
+                1e6,
+                **dict(
+                    temperature=1e-6, drift_norm=0.0, q_shift=0.0, k_shift=0.0, qk_norm_gain=1e-6
+                ),
+            )
+        )
+        assert np.all(out["attn_max"][i_sharp] > 0.99)
+    # the mid-range point is not degenerate (layer 0's entropy strictly inside (0, 1))
+    assert 0.01 < out["attn_entropy"][-1].reshape(-1)[0] < 0.999
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["-".join(map(str, s)) for s in SPECS])
+def test_k_shift_exactly_invisible(grid_results, spec):
+    """k_shift adds q'_i . u_k to every logit of row i, a constant over the keys: every metric
+    but the key statistics is bit-identical between k_shift = 0 and 1e8, on every block kind,
+    with and without QK-norm (the term is dropped from the logits, not rounded away)."""
+    out = grid_results[spec]
+    pairs = [
+        (i, GRID.index({**g, "k_shift": 1e8}))
+        for i, g in enumerate(GRID)
+        if g.get("k_shift") == 0.0 and {**g, "k_shift": 1e8} in GRID
+    ]
+    assert len(pairs) == 48
+    for name in METRIC_NAMES:
+        if name in ("k_mean_norm", "qk_mean_cos"):
+            continue
+        for a, b in pairs:
+            np.testing.assert_array_equal(out[name][a], out[name][b], err_msg=name)
+    # while the key statistics do see it
+    assert not np.array_equal(out["k_mean_norm"][pairs[0][0]], out["k_mean_norm"][pairs[0][1]])
+
+
+@pytest.mark.parametrize("kind,qk_norm", [("pre_ln", "none"), ("post_ln", "layernorm")])
+def test_k_shift_invisible_on_the_plain_path(kind, qk_norm):
+    """The same on the plain oracle path (full weights): the issue's cases, a norm before the
+    projections and QK-norm, at temperature 1e-3 where a rounded constant used to show."""
+    spec = BlockSpec(kind=kind, qk_norm=qk_norm, d_model=16, n_heads=2, mlp_ratio=2)
+    lab = Lab(spec, InputSpec(kind="gaussian", batch=2, length=T), hoist=False, tiled=False)
+    state = lab.seed_state(jax.random.PRNGKey(1))
+    pts = [dict(temperature=1e-3, k_shift=k) for k in (0.0, 1e5)]
+    out = jax.jit(jax.vmap(lab.point, in_axes=(None, 0)))(state, stacked(pts))
+    for name, arr in out.items():
+        if name not in ("k_mean_norm", "qk_mean_cos"):
+            np.testing.assert_array_equal(arr[0], arr[1], err_msg=name)
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_token_counts_beyond_int32(plain):
+    """batch x length = 46,400 tokens: n (n - 1) = 2.15e9 pairs overflows int32; every count is
+    formed in float, so the Lab traces (abstractly: no compute) on the tiled and plain paths."""
+    lab = Lab(
+        BlockSpec(kind="post_ln", d_model=8, n_heads=2, mlp_ratio=1),
+        InputSpec(kind="gaussian", batch=2, length=23_200),
+        hoist=not plain,
+        tiled=not plain,
+    )
+    state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
+    out = jax.eval_shape(lab.point, state, knob_arrays({}))
+    assert set(out) == set(METRIC_NAMES) and all(v.shape == () for v in out.values())
+    from simlab.core.metrics import mean_pairwise_cos
+
+    x = jax.ShapeDtypeStruct((1, 50_000, 4), jnp.float32)
+    assert jax.eval_shape(mean_pairwise_cos, x).shape == (1,)
 
 
 # ----------------------------------------------------------------------------- limits
@@ -231,3 +327,87 @@ def test_float64_agrees_with_float32(tmp_path):
         np.testing.assert_allclose(f32[name], f64[name], rtol=1e-4, atol=1e-4, err_msg=name)
         worst = max(worst, float(np.max(np.abs(f32[name] - f64[name]))))
     assert worst > 0  # it did not silently run the same float32 arithmetic
+
+
+# ----------------------------------------------------------------------------- same seed, x64
+X64_CONFIGS = {
+    "post_ln-embedding": dict(
+        block=dict(kind="post_ln", d_model=32, n_heads=4, mlp_ratio=2),
+        inputs=dict(kind="embedding", batch=2, length=16, vocab=100),
+        axes=[
+            dict(name="drift_norm", values=[0.1, 1.0, 10.0]),
+            dict(name="lambda", knobs=["q_scale", "k_scale"], values=[0.5, 2.0, 30.0]),
+        ],
+        sweep=dict(seeds=2),
+    ),
+    "attention-gaussian-corr": dict(
+        block=dict(kind="attention", d_model=32, n_heads=4, mlp=False, init="fan_in"),
+        inputs=dict(kind="gaussian", batch=2, length=16),
+        knobs=dict(drift_norm=0.5),
+        axes=[
+            dict(name="input_corr", values=[0.0, 0.5, 0.9]),
+            dict(name="temperature", values=[0.3, 1.0, 3.0]),
+        ],
+        sweep=dict(seeds=2),
+    ),
+    "pre_ln-causal-depth4-student_t": dict(
+        block=dict(
+            kind="pre_ln", d_model=32, n_heads=4, mlp_ratio=2, causal=True, depth=4, init="fan_in"
+        ),
+        inputs=dict(kind="student_t", batch=2, length=16, nu=4.0),
+        axes=[dict(name="q_scale", values=[0.5, 2.0, 8.0])],
+        knobs=dict(q_shift=0.5, k_shift=0.5),
+        sweep=dict(seeds=2),
+    ),
+}
+
+SWEEP_SCRIPT = textwrap.dedent(r"""
+    import json, sys
+    import numpy as np, jax.numpy as jnp, simlab
+    assert jnp.asarray(1.0).dtype == jnp.float64, "x64 not enabled"
+    out = {}
+    for name, cfg in json.loads(sys.argv[1]).items():
+        res = simlab.run_sweep(cfg, out=None, quiet=True)
+        assert {str(v.dtype) for v in res.metrics.values()} == {"float64"}, name
+        out[name] = {k: np.asarray(v).tolist() for k, v in res.metrics.items()}
+    print("RESULT" + json.dumps(out))
+""")
+
+
+def test_same_seed_same_sample_under_x64(tmp_path):
+    """Three sweeps (post-LN on embeddings; attention-only on correlated Gaussians with an
+    input_corr axis; causal pre-LN depth-4 on Student-t with shifts), 2 seeds each, run by
+    seed alone in float32 here and under JAX_ENABLE_X64=1 in a subprocess: every random number
+    is drawn in float32 and cast, so both runs see the same sample and differ by rounding only.
+    Every metric must agree within 1e-4 (measured: <= 1.7e-6, the largest in k_mean_norm and
+    q_mean_norm, whose values are O(1)-O(10); no metric here is ill-conditioned)."""
+    f32 = {
+        name: {
+            k: np.asarray(v, np.float64)
+            for k, v in simlab.run_sweep(cfg, out=None, quiet=True).metrics.items()
+        }
+        for name, cfg in X64_CONFIGS.items()
+    }
+    script = tmp_path / "sweep_x64.py"
+    script.write_text(SWEEP_SCRIPT)
+    env = dict(os.environ, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, str(script), json.dumps(X64_CONFIGS)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")][-1]
+    f64 = json.loads(line[len("RESULT") :])
+    worst = 0.0
+    for name in X64_CONFIGS:
+        assert set(f64[name]) == set(f32[name])
+        for m, want in f32[name].items():
+            got = np.asarray(f64[name][m])
+            np.testing.assert_allclose(want, got, rtol=0, atol=1e-4, err_msg=f"{name}: {m}")
+            worst = max(worst, float(np.max(np.abs(want - got))))
+    assert 0 < worst < 1e-4  # really float64 arithmetic, on the same sample

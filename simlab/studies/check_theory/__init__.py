@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
 from simlab.studies.check_theory import (
     chen_scaling,
@@ -98,10 +99,17 @@ def run_checks(
     log=print,
 ) -> list[ClaimResult]:
     """Run the named claims at the sizes of `profile` (claim -> overrides on top); write
-    figures/theory_<claim>.png unless figures_dir is None."""
+    figures/theory_<claim>.png unless figures_dir is None. Every claim's config is read and
+    the figure directory checked before the first simulation (a bad one fails at once)."""
+    if config_dir is not None and not Path(config_dir).is_dir():
+        raise ConfigError(f"--config-dir: {config_dir} is not a directory")
+    if figures_dir is not None:
+        check_writable(figures_dir, "--figures-dir")
+    configs = {
+        name: load_config(name, profile, config_dir, (overrides or {}).get(name)) for name in claims
+    }
     results = []
-    for name in claims:
-        cfg = load_config(name, profile, config_dir, (overrides or {}).get(name))
+    for name, cfg in configs.items():
         t0 = time.perf_counter()
         r = CLAIMS[name].check(cfg)
         if figures_dir is not None:

@@ -80,7 +80,7 @@ def _cos_sums(o_MD):
 
 
 def _finish_cos(s, n: int):
-    pairs = n * (n - 1)
+    pairs = float(n) * (n - 1)  # float: n (n - 1) overflows int32 from n = 46342
     mean_cos = (jnp.sum(s["su"] ** 2) - s["suu"]) / pairs
     kernel_cos = ((jnp.sum(s["so"] ** 2) - s["soo"]) / pairs) / (s["soo"] / n)
     return mean_cos, kernel_cos

@@ -97,7 +97,11 @@ def cli_main(args) -> int:
                 raise ConfigError(f"train-dynamics.{name}: {v} is too small")
             overrides[name] = v
     cfg = load(args.quick, overrides)
-    out = Path(args.out or ("runs/train-dynamics-quick" if args.quick else "runs/train-dynamics"))
+    from simlab.engine.store import check_writable
+
+    out = check_writable(
+        args.out or ("runs/train-dynamics-quick" if args.quick else "runs/train-dynamics"), "--out"
+    )
     corpora = ("zipf", "uniform") if args.corpus == "both" else (args.corpus,)
     t0, runs, summary = time.perf_counter(), {}, {}
     for name in corpora:
