@@ -15,6 +15,7 @@ _EXPORTS = {
     "run_sweep": "simlab.engine.sweep",
     "load": "simlab.engine.results",
     "Results": "simlab.engine.results",
+    "from_xarray": "simlab.engine.results",
     "ConfigError": "simlab.errors",
     "ResultsError": "simlab.errors",
     "Lab": "simlab.core.lab",

@@ -20,6 +20,8 @@ from simlab.errors import ConfigError
 COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("simlab.engine.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
     "merge": ("simlab.engine.merge", "finish a sweep directory that --worker runs filled"),
+    "info": ("simlab.engine.info", "what a sweep directory holds (axes, metrics, sizes, chunks)"),
+    "export": ("simlab.engine.export", "write a finished sweep as a netCDF file (xarray)"),
     "plot": ("simlab.plot", "plot phase diagrams and curves from a finished sweep"),
     "reproduce": ("simlab.studies.reproduce", "reproduce the reference figures"),
     "check-theory": (
@@ -34,6 +36,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def version() -> str:
+    """The installed simlab version (pyproject's), or "unknown" outside an installation."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("simlab")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def available_commands() -> dict[str, tuple[str, str]]:
     """The COMMANDS whose module exists (found without importing it)."""
     return {n: (m, h) for n, (m, h) in COMMANDS.items() if importlib.util.find_spec(m) is not None}
@@ -45,6 +58,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="simlab",
         description="simlab: attention sharpness vs anisotropy of untrained Transformer blocks",
     )
+    parser.add_argument("--version", action="version", version=f"simlab {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_) in available_commands().items():

@@ -416,3 +416,54 @@ def _floats(s):
             if f.type == "float" and isinstance(getattr(s, f.name), int)
         },
     )
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """ "block.d_model=128" -> (["block", "d_model"], 128): the value is read as a TOML value
+    (numbers, true/false, "strings", [lists], {tables}); a bare word is a string."""
+    key, sep, value = text.partition("=")
+    path = [p for p in key.strip().split(".")]
+    if not sep or not all(path):
+        raise ConfigError(
+            f"--set: {text!r} is not KEY=VALUE with a dotted key, e.g. block.d_model=128"
+        )
+    try:
+        v = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        v = value.strip()
+    return path, v
+
+
+def apply_overrides(raw: Mapping[str, Any], sets: list[str] | tuple[str, ...]) -> dict:
+    """The config tables with each --set KEY=VALUE applied (dotted keys; a number indexes a
+    list, e.g. axes.0.num=9). Unknown tables and fields are left for load_config to refuse,
+    so an override is validated exactly like the file."""
+    out = copy.deepcopy(dict(raw))
+    for text in sets or ():
+        path, value = parse_override(text)
+        node: Any = out
+        for i, part in enumerate(path[:-1]):
+            nxt = path[i + 1]
+            if isinstance(node, list):
+                node = _index(node, part, text)
+                continue
+            if part not in node or node[part] is None:
+                node[part] = [] if nxt.isdigit() else {}
+            node = node[part]
+            if not isinstance(node, (dict, list)):
+                raise ConfigError(f"--set {text}: {'.'.join(path[: i + 1])} is not a table")
+        last = path[-1]
+        if isinstance(node, list):
+            idx = int(last) if last.isdigit() else None
+            if idx is None or not 0 <= idx < len(node):
+                raise ConfigError(f"--set {text}: index {last} is outside 0..{len(node) - 1}")
+            node[idx] = value
+        else:
+            node[last] = value
+    return out
+
+
+def _index(node: list, part: str, text: str):
+    if not part.isdigit() or not 0 <= int(part) < len(node):
+        raise ConfigError(f"--set {text}: {part!r} is not an index in 0..{len(node) - 1}")
+    return node[int(part)]

@@ -37,6 +37,7 @@ class Results:
     axes: OrderedDict[str, np.ndarray]
     metrics: dict[str, np.ndarray]
     meta: dict[str, Any]
+    path: Path | None = dataclasses.field(default=None, compare=False)
 
     @property
     def seed_axis(self) -> int:
@@ -72,6 +73,82 @@ class Results:
     def sem(self, metric: str) -> np.ndarray:
         """Standard error of the seed mean."""
         return self.std(metric) / np.sqrt(self.n_seeds)
+
+    # ------------------------------------------------------------------ how it shows itself
+    def dims(self, metric: str) -> list[str]:
+        """The dimension names of a metric: the axes, "seed", then "layer" (or meta's own)."""
+        x = self[metric]
+        named = self.meta.get("dims", {}).get(metric)
+        if named is not None and len(named) == x.ndim:
+            return list(named)
+        extra = x.ndim - len(self.axes) - 1
+        return [*self.axes, "seed"] + (
+            ["layer"] if extra == 1 else [f"dim{i}" for i in range(extra)]
+        )
+
+    def summary(self) -> str:
+        """A few lines: where from, the sizes and seeds, the axes, each metric's shape and range
+        (what `simlab info` prints)."""
+        cfg = self.meta.get("config", {})
+        b, i = cfg.get("block", {}), cfg.get("inputs", {})
+        lines = ["simlab Results" + (f" ({self.path})" if self.path else "")]
+        if b:
+            lines.append(
+                f"  block: {b.get('kind')}, d_model {b.get('d_model')}, {b.get('n_heads')} heads, "
+                f"depth {b.get('depth')}"
+                + (", MLP" if b.get("mlp") else "")
+                + (f", qk_norm {b['qk_norm']}" if b.get("qk_norm", "none") != "none" else "")
+                + (", causal" if b.get("causal") else "")
+            )
+        if i:
+            lines.append(f"  inputs: {i.get('kind')}, {i.get('batch')} x {i.get('length')} tokens")
+        lines.append(f"  seeds: {self.n_seeds}")
+        for name, v in self.axes.items():
+            v = np.asarray(v)
+            lines.append(
+                f"  axis {name}: {len(v)} values, {v[0]:.4g} .. {v[-1]:.4g}"
+                f" ({self.axis_space(name) if self.meta.get('axes') else 'values'})"
+            )
+        for k, x in self.metrics.items():
+            x = np.asarray(x)
+            finite = x[np.isfinite(x)] if x.dtype.kind == "f" else x
+            rng = f"{finite.min():.4g} .. {finite.max():.4g}" if finite.size else "no finite value"
+            lines.append(
+                f"  {k}: {' x '.join(map(str, x.shape))} ({', '.join(self.dims(k))}), {rng}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<pre>{html.escape(self.summary())}</pre>"
+
+    # ------------------------------------------------------------------ xarray
+    def to_xarray(self):
+        """An xarray.Dataset: one variable per metric, a coordinate per axis plus "seed" (and
+        "layer"), the meta (config, versions, ...) as JSON in attrs["simlab_meta"]. Needs the
+        optional `xarray` extra (pip install 'simlab[xarray]')."""
+        xr = _xarray()
+        coords: dict[str, Any] = {k: np.asarray(v) for k, v in self.axes.items()}
+        data = {}
+        for k, x in self.metrics.items():
+            dims = self.dims(k)
+            for d, n in zip(dims, x.shape):
+                if d not in coords:
+                    coords[d] = np.arange(n, dtype=np.int32)
+            data[k] = (dims, np.asarray(x))
+        attrs = {
+            "simlab_meta": json.dumps(self.meta, default=_json_default),
+            "simlab_axes": json.dumps(list(self.axes)),
+        }
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    def sel(self, **coords):
+        """xarray-style selection by coordinate (nearest): a Dataset (needs xarray)."""
+        return self.to_xarray().sel(coords, method="nearest")
 
 
 def versions(*extra: str) -> dict[str, str]:
@@ -136,7 +213,7 @@ def save(
     atomic_write_bytes(
         out / "meta.json", json.dumps(meta, indent=2, default=_json_default).encode()
     )
-    return Results(OrderedDict(axes), dict(metrics), meta)
+    return Results(OrderedDict(axes), dict(metrics), meta, out)
 
 
 def _json_default(o):
@@ -191,4 +268,26 @@ def load(path: str | os.PathLike) -> Results:
             )
     if not arrays or not axes:
         raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
-    return Results(axes, arrays, meta)
+    return Results(axes, arrays, meta, d)
+
+
+def _xarray():
+    try:
+        import xarray
+    except ImportError:
+        raise ImportError(
+            "this needs xarray, an optional dependency: pip install 'simlab[xarray]'"
+        ) from None
+    return xarray
+
+
+def from_xarray(ds) -> Results:
+    """The Results a Dataset from `Results.to_xarray` (or a netCDF file of one, opened with
+    xarray.open_dataset) holds: axes, metrics and meta as they were."""
+    if "simlab_meta" not in ds.attrs:
+        raise ResultsError("from_xarray: the Dataset has no simlab_meta attribute (not simlab's)")
+    meta = json.loads(ds.attrs["simlab_meta"])
+    names = json.loads(ds.attrs.get("simlab_axes", "[]"))
+    axes = OrderedDict((n, np.asarray(ds[n].values, np.float64)) for n in names)
+    metrics = {k: np.asarray(v.values) for k, v in ds.data_vars.items()}
+    return Results(axes, metrics, meta)

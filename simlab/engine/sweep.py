@@ -61,6 +61,7 @@ from tqdm.auto import tqdm
 from simlab.engine import claims, compile_cache, memory, results
 from simlab.engine.config import (
     SweepConfig,
+    apply_overrides,
     default_config_path,
     fingerprint,
     load_config,
@@ -633,7 +634,10 @@ def add_arguments(parser) -> None:
         help="use the embedded default config (simlab/configs/default.toml)",
     )
     parser.add_argument(
-        "--out", required=True, help="output directory (resumes if it holds this sweep)"
+        "--out",
+        default=None,
+        help="output directory (resumes if it holds this sweep; default runs/<config name>, "
+        "runs/default for --default)",
     )
     parser.add_argument(
         "--chunk-size",
@@ -642,8 +646,20 @@ def add_arguments(parser) -> None:
         help="points per compiled call (memory only; default: from sweep.memory_budget_mb)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_set_argument(parser)
     add_cache_argument(parser)
     add_worker_arguments(parser)
+
+
+def add_set_argument(parser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override one config field, validated like the file and recorded in the resolved "
+        "config (repeatable; dotted keys: block.d_model=128, knobs.temperature=0.5, "
+        "axes.0.num=9, sweep.seeds=4)",
+    )
 
 
 def add_worker_arguments(parser) -> None:
@@ -706,6 +722,11 @@ def cli_main(args) -> int:
     if (args.config is None) == (not args.default):
         raise ConfigError("sweep: give either CONFIG.toml or --default (exactly one)")
     config = default_config_path() if args.default else args.config
+    if args.out is None:
+        args.out = str(Path("runs") / ("default" if args.default else Path(config).stem))
+        print(f"output directory: {args.out} (--out to choose another)")
+    if args.set:
+        config = apply_overrides(read_toml(config), args.set)
     worker = parse_worker(args.worker) if args.worker else worker_from_env()
     init_distributed(args)
     res = run_sweep(

@@ -41,6 +41,7 @@ import numpy as np
 from simlab import plot, theory
 from simlab.engine.config import (
     EXPERIMENT_KEYS,
+    apply_overrides,
     apply_quick,
     experiments_dir,
     load_config,
@@ -54,6 +55,10 @@ from simlab.errors import ConfigError
 THEORY: dict[str, Callable[[Results], tuple]] = {
     "gg_boundary": lambda res: theory.gg_boundary_curve(
         res.meta["config"]["inputs"]["length"], p=np.linspace(0, 0.95, 100)
+    ),
+    # claim 6 of check-theory: the predicted attn_entropy = 0.5 line, no free parameter
+    "freezing_line": lambda res: theory.paper_freezing_curve(
+        res.meta["config"], n=res.axes["drift_norm"]
     ),
 }
 
@@ -73,7 +78,11 @@ def experiment_groups(files: dict[str, Path]) -> dict[str, list[str]]:
 
 
 def experiment_config(
-    name: str, quick: bool, directory: Path | None = None, extra: dict | None = None
+    name: str,
+    quick: bool,
+    directory: Path | None = None,
+    extra: dict | None = None,
+    sets: tuple[str, ...] = (),
 ) -> dict:
     """The sweep tables of experiments/<name>.toml; with quick, its [quick] overrides applied,
     then `extra` (same form; used by the tests to shrink every experiment further)."""
@@ -88,7 +97,8 @@ def experiment_config(
     cfg = {k: v for k, v in raw.items() if k not in EXPERIMENT_KEYS}
     if quick:
         cfg = apply_quick(cfg, raw.get("quick"), f"{path}: quick")
-    return apply_quick(cfg, extra, "extra") if extra else cfg
+    cfg = apply_quick(cfg, extra, "extra") if extra else cfg
+    return apply_overrides(cfg, sets) if sets else cfg
 
 
 def figure_specs(name: str, directory: Path | None = None) -> list[dict]:
@@ -106,13 +116,14 @@ class Run:
     quiet: bool = False
     extra: dict | None = None
     directory: Path | None = None
+    sets: tuple[str, ...] = ()
 
     def sweep(self, name: str) -> Results:
         """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name>."""
         from simlab.engine.sweep import run_sweep
 
         data = self.out / "data" / name
-        cfg = experiment_config(name, self.quick, self.directory, self.extra)
+        cfg = experiment_config(name, self.quick, self.directory, self.extra, self.sets)
         res = run_sweep(cfg, out=data, quiet=self.quiet)
         shutil.rmtree(data / "chunks", ignore_errors=True)  # results.npz holds everything
         return res
@@ -295,9 +306,11 @@ def reproduce(
     quiet: bool = False,
     extra: dict | None = None,
     directory: str | Path | None = None,
+    sets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run the named experiment groups or configs (all by default); returns config -> (files,
-    seconds). `extra`: overrides applied on top of every config (like [quick])."""
+    seconds). `extra`: overrides applied on top of every config (like [quick]); `sets`:
+    --set KEY=VALUE overrides (simlab.engine.config.apply_overrides) applied last."""
     files = experiment_files(directory)
     groups = experiment_groups(files)
     configs = []
@@ -312,9 +325,9 @@ def reproduce(
         out if out is not None else Path("figures") / ("quick" if quick else ""), "--out"
     )
     for n in configs:  # every sweep validated before the first one runs
-        load_config(experiment_config(n, quick, directory, extra))
+        load_config(experiment_config(n, quick, directory, extra, tuple(sets)))
     done = {}
-    r = Run(out, quick, quiet, extra, None if directory is None else Path(directory))
+    r = Run(out, quick, quiet, extra, None if directory is None else Path(directory), tuple(sets))
     for i, n in enumerate(configs, 1):
         if not quiet:
             print(
@@ -333,7 +346,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes (the whole set in under a minute on 2 CPU cores)",
+        help="small sizes (the whole set in about 20 s on 2 CPU cores)",
     )
     parser.add_argument(
         "--only",
@@ -347,7 +360,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="figure directory (default figures/, or figures/quick with --quick)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress output")
-    from simlab.engine.sweep import add_cache_argument
+    from simlab.engine.sweep import add_cache_argument, add_set_argument
+
+    add_set_argument(parser)
 
     add_cache_argument(parser)
 
@@ -356,7 +371,7 @@ def cli_main(args) -> int:
     from simlab.engine.sweep import apply_cache_argument
 
     apply_cache_argument(args)
-    done = reproduce(args.only, args.out, args.quick, args.quiet)
+    done = reproduce(args.only, args.out, args.quick, args.quiet, sets=tuple(args.set or ()))
     total = sum(s for _, s in done.values())
     print(f"reproduce: {sum(len(f) for f, _ in done.values())} figures in {total:.1f} s")
     return 0

@@ -1,12 +1,14 @@
-"""`simlab check-theory`: simulate the five claims of simlab.theory and compare.
+"""`simlab check-theory`: simulate the six claims of simlab.theory and compare.
 
-Each claim has a simulation written directly in jnp (pure functions, explicit einsums; no
-dependency on simlab's blocks), a check that turns simulation + prediction into one table row
-(sizes, predicted, simulated, error, whether the error shrinks with size, verdict) plus detail
-rows, and a figure figures/theory_<claim>.png with the prediction overlaid.
+Claims 1-5 have a simulation written directly in jnp (pure functions, explicit einsums; no
+dependency on simlab's blocks); claim 6 runs through simlab.run_sweep. Each has a check that
+turns simulation + prediction into one table row (sizes, predicted, simulated, error, whether
+the error shrinks with size, verdict) plus detail rows, and a figure theory_<claim>.png
+(in figures/, or figures/quick/ for --quick) with the prediction overlaid.
 
 Sizes come from experiments/theory_<claim>.toml alone ([full] and [quick] tables). One module
-per claim (rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse), each with
+per claim (rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse,
+freezing_line), each with
 `check(cfg)` and `figure(result, path)`; CLAIMS is the registry. Runs:
 
     simlab check-theory [--quick] [--figures-dir DIR] [--no-figures] [--json FILE]
@@ -36,6 +38,7 @@ from simlab.errors import ConfigError
 from simlab.studies.check_theory import (
     chen_scaling,
     dong_collapse,
+    freezing_line,
     gg_attention,
     rem_entropy,
     zhai_bound,
@@ -49,6 +52,7 @@ CLAIMS = {
     "chen_scaling": chen_scaling,
     "zhai_bound": zhai_bound,
     "dong_collapse": dong_collapse,
+    "freezing_line": freezing_line,
 }
 
 
@@ -127,9 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--figures-dir",
-        default="figures",
+        default=None,
         metavar="DIR",
-        help="where figures/theory_<claim>.png go (default: figures)",
+        help="where theory_<claim>.png go (default: figures/, or figures/quick/ with --quick, "
+        "so a quick run never overwrites the committed full-size figures)",
     )
     parser.add_argument("--no-figures", action="store_true", help="do not write figures")
     parser.add_argument(
@@ -177,7 +182,8 @@ def cli_main(args) -> int:
     bad = [c for c in claims if c not in CLAIMS]
     if bad:
         raise ConfigError(f"--claims: unknown {bad}; allowed: {', '.join(CLAIMS)}")
-    figures_dir = None if args.no_figures else args.figures_dir
+    default_dir = "figures/quick" if args.quick else "figures"
+    figures_dir = None if args.no_figures else (args.figures_dir or default_dir)
     if getattr(args, "from_json", None):
         results = [r for r in results_from_json(args.from_json) if r.claim.split()[-1] in claims]
         if figures_dir is not None:

@@ -15,7 +15,6 @@ from simlab.errors import ConfigError
 
 
 @dataclasses.dataclass
-@dataclasses.dataclass
 class ClaimResult:
     """One row of the table, detail rows, and everything the figure and --json need."""
 

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="small model, few steps (about a minute on 2 CPU cores)",
+        help="small model, few steps (about 20 s on 2 CPU cores)",
     )
     parser.add_argument(
         "--corpus",
