@@ -299,6 +299,9 @@ def test_claim5_mlp_stops_the_collapse():
 
 # ------------------------------------------------------------------------------ command
 TINY_REM = """[quick]
+tol = 0.05
+lead_tol = 0.15
+min_shrink = 1.1
 log2_T = [4, 6, 8]
 x_max = 2.0
 x_points = 9

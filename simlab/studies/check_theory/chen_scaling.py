@@ -23,6 +23,7 @@ from simlab.studies.check_theory.common import (
     attention_stats,
     correlated_tokens,
     mean_pairwise_cosine,
+    verdict_from,
 )
 
 
@@ -141,7 +142,7 @@ def check(cfg) -> ClaimResult:
     i_small = small[-1] if small else 0
     rmid = rhos[len(rhos) // 2]
     shrinks = _yes_no(err[-1], err[i_small])
-    verdict = "agrees" if shrinks == "yes" else "not converging at these n"
+    verdict, rule = verdict_from(err, i_small, cfg)
 
     def per_n(e_):
         return " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_n"], e_))
@@ -157,6 +158,7 @@ def check(cfg) -> ClaimResult:
         verdict=verdict,
     )
     res.details = [
+        ("criterion", rule),
         ("simplex sim vs limit at g/gc=.5/1/2, per n", per_n(err)),
         ("simplex sim vs exact finite-n formula (all g)", per_n(err_simplex_fin)),
         (f"Gaussian tokens d={cfg['d']} vs limit at g/gc=.5/1/2", per_n(err_gauss)),

@@ -134,6 +134,36 @@ def _f(v, nd=3) -> str:
     return "/".join(f"{float(a):.{nd}f}" for a in np.atleast_1d(v))
 
 
+def criterion(cfg) -> tuple[float, float, float]:
+    """(tol, lead_tol, min_shrink) of a claim's config table: declared in the TOML, with the
+    sizes, before a run (no default: a missing one is an error)."""
+    missing = [k for k in ("tol", "lead_tol", "min_shrink") if k not in cfg]
+    if missing:
+        raise ConfigError(f"check-theory: the claim's table lacks the criterion fields {missing}")
+    return float(cfg["tol"]), float(cfg["lead_tol"]), float(cfg["min_shrink"])
+
+
+def verdict_from(errs, i_small: int, cfg) -> tuple[str, str]:
+    """The verdict computed from the errors along the size path (last = largest size) against
+    the declared criterion: "agrees" if the largest size's error <= tol; "agrees to leading
+    order" if it is <= lead_tol and shrank by >= min_shrink from the size 16x smaller;
+    otherwise "does not agree". Also the criterion as a detail line."""
+    tol, lead, shrink = criterion(cfg)
+    e, e0 = float(errs[-1]), float(errs[i_small])
+    ratio = e0 / e if e > 0 else float("inf")
+    if e <= tol:
+        v = "agrees"
+    elif e <= lead and ratio >= shrink:
+        v = "agrees to leading order"
+    else:
+        v = "does not agree"
+    rule = (
+        f"error {e:.3f} at the largest size: <= {tol:g} agrees; <= {lead:g} with shrink >= "
+        f"{shrink:g} (measured {ratio:.2f}) leading order"
+    )
+    return v, rule
+
+
 def _yes_no(a: float, b: float) -> str:
     """'yes' if error a (large size) < b (16x smaller size)."""
     return "yes" if a < b else "no"

@@ -22,6 +22,7 @@ from simlab.studies.check_theory.common import (
     _yes_no,
     attention_stats,
     correlated_tokens,
+    verdict_from,
 )
 
 
@@ -146,11 +147,8 @@ def check(cfg) -> ClaimResult:
     pmid = ps[len(ps) // 2]
     probe = [i for i, r in enumerate(ratios) if r in (0.5, 2.0, 4.0)] or list(range(len(ratios)))
     shrinks = _yes_no(err_away[-1], err_away[i_small])
-    verdict = (
-        "agrees away from beta_c; transition smeared"
-        if shrinks == "yes"
-        else "not converging at these T"
-    )
+    verdict, rule = verdict_from(err_away, i_small, cfg)
+    verdict += f" at d_model {cfg['d_model']} (away from beta_c)"
     res = ClaimResult(
         claim="2 gg_attention",
         title="Giorlandino-Goldt output cosine",
@@ -166,7 +164,10 @@ def check(cfg) -> ClaimResult:
     def per_T(errs_):
         return " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_T"], errs_))
 
-    res.details = [("kernel cos vs formula, |b/bc-1|>=.5, per T", per_T(err_away))]
+    res.details = [
+        ("criterion", rule),
+        ("kernel cos vs formula, |b/bc-1|>=.5, per T", per_T(err_away)),
+    ]
     if err_ann:
         res.details.append(("  of which annealed b/bc<=.5", per_T(err_ann)))
     if err_frz:
