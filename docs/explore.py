@@ -22,8 +22,6 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # a script has no display; in Jupyter the figures show inline
-import matplotlib.pyplot as plt
-
 import simlab
 from simlab import plot
 
@@ -72,10 +70,18 @@ fig, _ = plot.phase_diagram(
 )
 fig.savefig(OUT / "explore_entropy.png", dpi=80)
 
-fig, ax = plt.subplots(figsize=(5, 3.5))
-for name in ("input_cos", "out_cos", "attn_cos"):
-    mean[name].sel(**{"lambda": 1.0}, method="nearest").plot(ax=ax, xscale="log", label=name)
-ax.legend()
-ax.set_title("cut at lambda = 1 [quick sizes]")
+# a cut at lambda = 1 with seed bands, by simlab.plot.curves from the xarray selection
+at1 = ds.sel({"lambda": 1.0}, method="nearest")
+series = {
+    name: (at1[name].mean("seed").values, at1[name].std("seed").values)
+    for name in ("input_cos", "out_cos", "attn_cos")
+}
+fig, _ = plot.curves(
+    res.axes["drift_norm"],
+    series,
+    x_label="drift N",
+    y_label="cosine",
+    title="cut at lambda = 1 [quick sizes]",
+)
 fig.savefig(OUT / "explore_cut.png", dpi=80)
 print(f"figures in {OUT}")

@@ -83,6 +83,11 @@ def test_info_finished_and_unfinished(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "unfinished sweep" in out and "1 of 2 work units" in out and "1 missing" in out
     assert main(["info", str(tmp_path / "nowhere")]) == 2
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("not a sweep")
+    assert main(["info", str(foreign)]) == 2
+    assert "not a sweep directory" in capsys.readouterr().err
 
 
 def test_xarray_round_trip_and_netcdf(tmp_path, capsys):
@@ -158,6 +163,15 @@ def test_set_overrides_are_validated_and_recorded(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--out", str(bad), "--set", "axes.5.num=3"]) == 2
     assert "index in 0..0" in capsys.readouterr().err
     assert main(["sweep", str(cfg), "--out", str(bad), "--set", "nonsense"]) == 2
+    for kv, field in (
+        ("inputs.length=1", "inputs.length: 1 is outside the allowed range"),
+        ("knobs.temperature=-1", "knobs.temperature: -1 is outside the allowed range"),
+        ("sweep.seeds=0", "sweep.seeds: 0 is outside the allowed range"),
+        ("axes.0.space=cubic", "axes[0].space: 'cubic' is not one of"),
+    ):
+        capsys.readouterr()
+        assert main(["sweep", str(cfg), "--out", str(bad), "--set", kv]) == 2, kv
+        assert field in capsys.readouterr().err, kv
     assert not bad.exists()
     # the same overrides from Python
     tables = apply_overrides(
