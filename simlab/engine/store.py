@@ -97,11 +97,12 @@ class ChunkStore:
         self._seen: set[str] = set()
         self.scan()
 
-    def scan(self) -> int:
-        """Verify and add chunk files not seen yet; the number of micro-batches added."""
+    def scan(self) -> list[tuple[int, int]]:
+        """Verify and add chunk files not seen yet; the (seed, micro-batch) units they newly
+        cover."""
         if self.dir is None or not self.dir.is_dir():
-            return 0
-        added = 0
+            return []
+        added = []
         for p in sorted(self.dir.iterdir()):
             m = CHUNK_RE.fullmatch(p.name)
             if not m or p.name in self._seen:
@@ -110,8 +111,7 @@ class ChunkStore:
             key = tuple(map(int, m.groups()))
             why = verify_chunk(p, key, self.fp, self.names, self.micro_batch)
             if why is None:
-                added += len(set(range(key[1], key[2])) - self.covered.get(key[0], set()))
-                self._add(key, p)
+                added += self._add(key, p)
             else:
                 self._reject(p, why)
         return added
@@ -126,20 +126,27 @@ class ChunkStore:
         self.rejected.append(p.name)
         self.warn(f"chunk {p.name} rejected ({why}); moved to {dest}; it will be recomputed")
 
-    def _add(self, key, value) -> None:
+    def _add(self, key, value) -> list[tuple[int, int]]:
+        """Keep a chunk; the (seed, micro-batch) units it newly covers."""
         self.chunks[key] = value
-        self.covered.setdefault(key[0], set()).update(range(key[1], key[2]))
+        done = self.covered.setdefault(key[0], set())
+        new = [(key[0], m) for m in range(key[1], key[2]) if m not in done]
+        done.update(range(key[1], key[2]))
+        return new
 
     def covers(self, seed: int, start: int, stop: int) -> bool:
         return self.covered.get(seed, set()).issuperset(range(start, stop))
 
-    def put(self, seed: int, start: int, stop: int, arrays: dict[str, np.ndarray]) -> None:
+    def put(
+        self, seed: int, start: int, stop: int, arrays: dict[str, np.ndarray]
+    ) -> list[tuple[int, int]]:
+        """Store (and, with a directory, write) a chunk; the units it newly covers."""
         if self.dir is not None:
             name = f"seed{seed}_mb{start}-{stop}.npz"
             record = chunk_record(self.fp, (seed, start, stop), arrays)
             results.atomic_save_npz(self.dir / name, {**arrays, RECORD: np.asarray(record)})
             self._seen.add(name)
-        self._add((seed, start, stop), arrays)
+        return self._add((seed, start, stop), arrays)
 
     def merge(self, seed: int, layout: Layout) -> dict[str, np.ndarray]:
         """metric -> (n_points, ...) for one seed, from every chunk of that seed."""

@@ -407,24 +407,37 @@ def share_of(worker: tuple[int, int] | None, seeds: int, n_mb: int) -> dict[int,
     return out
 
 
-def next_chunk(
-    layout: Layout, wanted: dict[int, set[int]], covered, held: dict[int, set[int]]
-) -> tuple[int, int, int] | None:
-    """The first run of wanted micro-batches that no chunk covers and no one holds, at most
-    layout.chunk_mb long, aligned to the layout's chunks (so a lone writer computes exactly
-    the chunks of the layout)."""
-    for seed in sorted(wanted):
-        done, busy = covered.get(seed, set()), held.get(seed, set())
-        free = sorted(m for m in wanted[seed] if m not in done and m not in busy)
-        if not free:
-            continue
-        a = free[0]
-        stop = min((a // layout.chunk_mb + 1) * layout.chunk_mb, layout.n_mb)
-        b = a + 1
-        while b < stop and b in wanted[seed] and b not in done and b not in busy:
-            b += 1
-        return seed, a, b
-    return None
+class Pending:
+    """The units of one writer's share not yet covered, found in amortised O(1) per chunk: per
+    seed the share's micro-batches in order and a cursor past the covered ones (coverage only
+    grows), so choosing the next chunk does not rescan the whole grid each time."""
+
+    def __init__(self, layout: Layout, wanted: dict[int, set[int]]):
+        self.layout, self.wanted = layout, wanted
+        self.order = {s: sorted(ms) for s, ms in wanted.items()}
+        self.pos = dict.fromkeys(wanted, 0)
+
+    def next_chunk(self, covered, held: dict[int, set[int]]) -> tuple[int, int, int] | None:
+        """The first run of wanted micro-batches that no chunk covers and no one holds, at most
+        layout.chunk_mb long, aligned to the layout's chunks (so a lone writer computes exactly
+        the chunks of the layout)."""
+        for seed in sorted(self.order):
+            order, done, busy = self.order[seed], covered.get(seed, set()), held.get(seed, set())
+            i = self.pos[seed]
+            while i < len(order) and order[i] in done:
+                i += 1
+            self.pos[seed] = i
+            while i < len(order) and (order[i] in done or order[i] in busy):
+                i += 1  # held by another writer (a few chunks at most): look past it
+            if i == len(order):
+                continue
+            a = order[i]
+            stop = min((a // self.layout.chunk_mb + 1) * self.layout.chunk_mb, self.layout.n_mb)
+            b = a + 1
+            while b < stop and b in self.wanted[seed] and b not in done and b not in busy:
+                b += 1
+            return seed, a, b
+        return None
 
 
 def _compute(
@@ -454,46 +467,50 @@ def _compute(
     finish = worker is None or (jax.process_count() > 1 and worker[0] == 0 and worker[1] > 1)
     total = cfg.n_points * st.seeds
 
-    def missing_points() -> int:
+    def missing_points() -> int:  # exact, O(grid): at the start and before a final break
         return sum(
             layout.real_points(m, m + 1)
             for seed, ms in everything.items()
             for m in ms - store.covered.get(seed, set())
         )
 
+    def points(units) -> int:
+        return sum(layout.real_points(m, m + 1) for _, m in units)
+
+    mine_left, all_left = Pending(layout, mine), Pending(layout, everything)
+
     fixed = jax.device_put({k: knob_dtype().type(v) for k, v in cfg.knobs.items()}, replicated)
     compiled_state = compiled = None
     compile_s = compute_s = 0.0
     state, state_seed, computed, computed_points, reused0 = None, None, 0, 0, None
     with tqdm(total=total, unit="pt", disable=quiet, desc="sweep", dynamic_ncols=True) as bar:
-        bar.update(total - missing_points())
+        missing = missing_points()
+        bar.update(total - missing)
         reused0 = len(store.chunks)
         try:
             while True:
-                wanted = mine
                 if coord is None:
-                    job, held = next_chunk(layout, wanted, store.covered, {}), {}
+                    job, held = mine_left.next_chunk(store.covered, {}), {}
                 else:
                     with coord.lock():
                         # claims first, then chunk files: a writer writes its chunk before it
                         # drops the claim, so a unit is seen either held or done, never neither
                         held = coord.held()
-                        before = missing_points()
-                        store.scan()  # chunks other writers finished meanwhile
-                        bar.update(before - missing_points())
-                        job = next_chunk(layout, wanted, store.covered, held)
+                        new = points(store.scan())  # chunks other writers finished meanwhile
+                        missing -= new
+                        bar.update(new)
+                        job = mine_left.next_chunk(store.covered, held)
                         if job is None and finish:  # this share done: help with the rest
-                            wanted = everything
-                            job = next_chunk(layout, wanted, store.covered, held)
+                            job = all_left.next_chunk(store.covered, held)
                         claim = coord.claim(*job) if job is not None else None
                 if job is None:
-                    if not finish or missing_points() == 0:
+                    if not finish or missing == 0:
                         break
                     time.sleep(0.5)  # the rest is held by other live writers: wait for it
-                    before = missing_points()
                     with coord.lock():
-                        store.scan()
-                    bar.update(before - missing_points())
+                        new = points(store.scan())
+                    missing -= new
+                    bar.update(new)
                     continue
                 if compiled is None:
                     tc = time.perf_counter()
@@ -523,8 +540,7 @@ def _compute(
                 )
                 res = compiled(state, fixed, swept)
                 keep = (b - a) * st.micro_batch
-                before = missing_points()
-                store.put(
+                new = store.put(
                     s,
                     a,
                     b,
@@ -535,7 +551,8 @@ def _compute(
                 compute_s += time.perf_counter() - tc
                 computed += 1
                 computed_points += layout.real_points(a, b)
-                bar.update(before - missing_points())
+                missing -= points(new)
+                bar.update(points(new))
                 release_host_memory()
                 if on_chunk is not None:
                     on_chunk(ChunkInfo(s, a, b, layout.real_points(a, b)))
@@ -545,6 +562,8 @@ def _compute(
     if not finish:
         log.info("sweep: worker %d/%d computed %d chunks", worker[0], worker[1], computed)
         return None
+    if missing_points():  # the running count said 0: check it exactly once before merging
+        raise RuntimeError(f"sweep: {missing_points()} points still missing before the merge")
 
     metrics = merge(store, cfg, layout, names)
     axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
