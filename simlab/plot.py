@@ -232,13 +232,24 @@ def _band(mean: np.ndarray, band) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def curves(
-    x, series, *, x_label, y_label, x_log=None, y_log=False, title=None, theory=None, ax=None
+    x,
+    series,
+    *,
+    x_label,
+    y_label,
+    x_log=None,
+    y_log=False,
+    title=None,
+    theory=None,
+    ax=None,
+    styles=None,
 ):
     """Lines with shaded bands.
 
     series: dict label -> (mean, band) where band is None (no band), an array s (band mean -+ s,
     e.g. one std) or a pair (lo, hi).  x_log None = auto.  theory: list of (x_arr, y_arr, label)
-    dashed curves that do not change the autoscaled limits.  Returns (fig, ax).
+    dashed curves that do not change the autoscaled limits.  styles: label -> matplotlib line
+    keywords (color, ls) for that series.  Returns (fig, ax).
     """
     xs = np.asarray(x, dtype=float).ravel()
     order = np.argsort(xs, kind="stable")
@@ -256,7 +267,8 @@ def curves(
             raise ValueError(f"curves: series {label!r} has {mean.size} points, x has {xs.size}")
         b = _band(mean, band)
         mean = mean[order]
-        (line,) = ax.plot(xs, mean, marker="o", ms=3.5, lw=1.6, label=str(label))
+        style = {"marker": "o", "ms": 3.5, "lw": 1.6, **((styles or {}).get(label, {}))}
+        (line,) = ax.plot(xs, mean, label=str(label), **style)
         if b is not None:
             lo, hi = (np.ravel(v)[order] for v in b)
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.22, lw=0)

@@ -12,6 +12,8 @@ Six claims (the numbering is the one of `simlab check-theory` and docs/theory.md
   6. Freezing line    of the paper's protocol (BERT init, drifted embeddings): claim 1's REM
                       law (Giorlandino & Goldt's threshold) applied to the logit variance
                       lambda^4 sigma_w^4 sigma_e^2 d (d sigma_e^2 + N^2), no free parameter.
+  Width:              the anisotropy a BERT-init post-LN block adds through the GELU MLP's
+                      mean output (mlp_mean_gain), derived here for the width experiment.
 
 Conventions (simlab's public interface; docs/design.md).  One head computes
 
@@ -246,6 +248,39 @@ def paper_freezing_curve(config: dict, level: float = 0.5, n=None):
     return n, lam, f"predicted H/ln T = {level:g} (no fit)"
 
 
+def gelu_moments(s2) -> tuple[np.ndarray, np.ndarray]:
+    """(E g, Var g) of g = GELU(z) (the tanh form simlab and BERT use), z ~ N(0, s2), by
+    200-point Gauss-Hermite quadrature (exact to float64 rounding for this smooth integrand).
+    For the exact GELU z Phi(z), E g = s2 / sqrt(2 pi (1 + s2)) (Stein's lemma)."""
+    x, w = np.polynomial.hermite_e.hermegauss(200)
+    w = w / w.sum()
+    z = np.sqrt(np.asarray(s2, float))[..., None] * x
+    g = 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
+    m = np.sum(w * g, axis=-1)
+    return m, np.sum(w * g * g, axis=-1) - m**2
+
+
+def mlp_mean_gain(d_model, mlp_ratio: int = 4, init_std: float = 0.02) -> np.ndarray:
+    """out_cos - input_cos of a BERT-init post-LN block on nearly orthogonal tokens (small
+    drift), from the MLP's shared output alone (derived here; docs/gallery.md, "6. Width").
+
+    h = LN1(x + Attn(x)) ~ LN1(x) has unit-variance coordinates, so each pre-activation
+    z = h W_1 is N(0, s^2) with s^2 = d init_std^2 and g = GELU(z) has mean gbar and variance v
+    (gelu_moments). MLP(h) = gbar 1^T W_2 + r_t: a vector m shared by every token, with
+    E|m|^2 = gbar^2 c, and a token-specific part with E|r_t|^2 = v c, c = F d init_std^2
+    (F = mlp_ratio d). For t != s the pairs h_t, h_s, r_t, r_s are nearly orthogonal, so the
+    output LN2(h + MLP(h)) has pairwise cosine
+
+        gain = gbar^2 c / (d + (gbar^2 + v) c)
+
+    above the input's. LN2's mean subtraction changes |m|^2 by a factor 1 - 1/d; the attention
+    branch (|Attn| ~ 0.015 |x| at d 768) is left out. mlp_center removes m: gain 0."""
+    d = np.asarray(d_model, float)
+    m, v = gelu_moments(d * init_std**2)
+    c = mlp_ratio * d * d * init_std**2
+    return m * m * c / (d + (m * m + v) * c)
+
+
 # --------------------------------------------------------------------------------------------
 # Claim 2: Giorlandino & Goldt attention map on correlated tokens
 # --------------------------------------------------------------------------------------------
@@ -441,8 +476,9 @@ def chen_output_cosine(gamma, rho) -> np.ndarray:
     """n -> infinity limit of the output cosine at beta = gamma ln n.
 
     Statement (Chen, Lin, Polyanskiy, Rigollet, "Critical attention scaling in long-context
-    transformers", ICLR 2026, arXiv 2510.05554).  Model (as summarised in the retrievable
-    reviews of the paper; the theorem text itself could not be retrieved): identity
+    transformers", ICLR 2026, arXiv 2510.05554).  Model (as summarised by the abstract and the
+    paper notes the search returned, en.papernotes.org/ICLR2026; the theorem's own text was not
+    among the search results, which held excerpts of abstract pages only): identity
     Q = K = V, tokens normalised y_i = x_i / |x_i|, scores a_ij = beta <y_i, y_j>, output
     x_i' = sum_j softmax_j(a_ij) y_j + alpha x_i, beta = gamma log n; Assumption 1 (simplex):
     <y_i, y_j> = rho for all i != j.  Critical gamma_c = 1 / (1 - rho) (confirmed by the
@@ -528,9 +564,10 @@ def zhai_entropy_lower_bound(logit_spectral_norm, T) -> np.ndarray:
     Source: Zhai et al., "Stabilizing Transformer Training by Preventing Attention Entropy
     Collapse" (ICML 2023, arXiv 2303.06296), Theorem 3.1: a "tight lower bound of the
     attention entropy, which decreases exponentially fast with the spectral norm of the
-    attention logits" (abstract; confirmed).  The theorem's text could not be retrieved here;
-    its form h_T(beta) (entropy_floor) is the one recalled for the paper, and beta is derived
-    here so that the bound is provable in terms of ||L||_2:
+    attention logits" (abstract; confirmed).  The theorem's statement, as quoted by this
+    project's review of the paper, is h_T(sqrt(T/(T-1)) ||W_K W_Q^T||_2 ||X X^T||_2)
+    (zhai_stated_bound); the paper's own text was not among the search results.  This function
+    is the same bound in terms of ||L||_2, proved here (stronger: ||L||_2 <= the product):
 
         H(softmax(L_i)) >= h_T(sqrt(T / (T - 1)) * ||L||_2)     for every row i.
 
@@ -549,6 +586,17 @@ def zhai_entropy_lower_bound(logit_spectral_norm, T) -> np.ndarray:
     return entropy_floor(beta, T)
 
 
+def zhai_stated_bound(w_norm, xx_norm, T) -> np.ndarray:
+    """Zhai et al.'s statement in terms of the weights and the inputs:
+    H(softmax(L_i)) >= h_T(sqrt(T / (T - 1)) ||W_K W_Q^T||_2 ||X X^T||_2) for L = X W_Q W_K^T X^T
+    (the logit scale 1 / (sqrt(d_head) temperature) and the knobs q_scale, k_scale folded into
+    W; shifts through an extra constant input column, zhai_bound.head_logits). It follows from
+    zhai_entropy_lower_bound because ||X W X^T||_2 <= ||W||_2 ||X X^T||_2 and h_T decreases:
+    weaker, and the form in which the knobs move the bound (w_norm ~ q_scale k_scale /
+    temperature, xx_norm ~ T sigma^2 (1 + ...) + T drift_norm^2)."""
+    return zhai_entropy_lower_bound(np.asarray(w_norm, float) * np.asarray(xx_norm, float), T)
+
+
 # --------------------------------------------------------------------------------------------
 # Claim 5: rank collapse of pure attention (Dong, Cordonnier, Loukas 2021)
 # --------------------------------------------------------------------------------------------
@@ -562,7 +610,9 @@ def dong_residual_bound(r0, c, depth: int) -> np.ndarray:
     rank doubly exponentially with depth", ICML 2021, arXiv 2103.03404; abstract confirmed:
     "without skip connections or MLPs, the output converges doubly exponentially to a rank-1
     matrix. On the other hand, skip connections and MLPs stop the output from degeneration").
-    Theorem (recalled, not retrieved): for a pure self-attention network of depth L,
+    Theorem (recalled; the paper's text was not among the search results, and the authors'
+    code, github.com/twistedcubic/attention-rank-collapse, gives none in its README): for a pure
+    self-attention network of depth L,
     ||res(SAN(X))||_{1,inf} <= (4 gamma beta / sqrt(d_qk))^((3^L - 1)/2) ||res(X)||_{1,inf}^(3^L),
     res(X) = X - 1 x^T, with beta bounding the weights' norms and gamma a Lipschitz-type
     constant; c = 4 gamma beta / sqrt(d_qk).  The cubic step is also what one gets from

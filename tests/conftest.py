@@ -171,7 +171,10 @@ def np_layer(spec, p, x, kn, u_q, u_k):
 
     def mlp(h):
         act = np_gelu_tanh if spec.activation == "gelu" else (lambda z: np.maximum(z, 0.0))
-        return act(h @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+        g = act(h @ p["w1"] + p["b1"])
+        if spec.mlp_center:  # the ablation: each token's hidden activation centred over units
+            g = g - g.mean(axis=-1, keepdims=True)
+        return g @ p["w2"] + p["b2"]
 
     a, m = kn["attn_residual"], kn["mlp_residual"]
     if spec.kind == "post_ln":

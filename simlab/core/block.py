@@ -73,8 +73,17 @@ class Layer(NamedTuple):
 
 
 def mlp(spec: BlockSpec, p, h_BTD):
+    """MLP(h) = act(h W_1 + b_1) W_2 + b_2. With spec.mlp_center (an ablation) each token's
+    hidden activation g_t (F units) is centred over its units first, g_t - mean_f(g_tf) 1: this
+    removes exactly the term mean_f(g_tf) 1^T W_2, which is nearly the same vector for every
+    token when the activation has a nonzero mean (GELU's E[GELU(z)] = s^2 / sqrt(2 pi (1 + s^2))
+    for the exact GELU and z ~ N(0, s^2); s^2 = 768 * 0.02^2 at BERT-base init gives 0.107), so
+    it isolates that shared output (docs/gallery.md, "6. Width")."""
     act = jax.nn.gelu if spec.activation == "gelu" else jax.nn.relu
-    return act(h_BTD @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+    g_BTF = act(h_BTD @ p["w1"] + p["b1"])
+    if spec.mlp_center:
+        g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
+    return g_BTF @ p["w2"] + p["b2"]
 
 
 def attn_input(spec: BlockSpec, p, x_BTD):

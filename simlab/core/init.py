@@ -115,6 +115,12 @@ def init_params(spec: BlockSpec, key=None, dtype=None, noise=None) -> dict[str, 
     if spec.mlp:
         p["b1"] = jnp.zeros((L, d * spec.mlp_ratio), dtype)
         p["b2"] = zeros
+    if spec.qk_weights == "tied":  # W_K = W_Q (the draws of W_K are left unused)
+        p["wk"] = p["wq"]
+    elif spec.qk_weights == "identity":  # one head, d_head = d_model: q = k = v = x, W_O = I
+        eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), (L, d, d))
+        p.update(wq=eye[:, :, None, :], wk=eye[:, :, None, :], wv=eye[:, :, None, :])
+        p["wo"] = eye[:, None, :, :]
     return p
 
 

@@ -212,5 +212,9 @@ def sample(spec: InputSpec, d_model: int, key, knobs: Mapping[str, float]) -> ja
     comps = components(spec, d_model, key)
     dtype = jnp.result_type(float)
     coefs = coefficients(spec.kind, {k: jnp.asarray(v, dtype) for k, v in knobs.items()})
-    x = combine(comps, coefs)
-    return jnp.broadcast_to(x, (spec.batch, spec.length, d_model))
+    x = jnp.broadcast_to(combine(comps, coefs), (spec.batch, spec.length, d_model))
+    if spec.normalize:
+        from simlab.core.metrics import unit_vectors
+
+        x = unit_vectors(x)
+    return x

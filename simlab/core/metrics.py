@@ -178,6 +178,12 @@ METRICS: dict[str, Metric] = {
         ),
         *_cos_metrics("out", "y", "the block output"),
         Metric(
+            "out_cos_gain",
+            lambda c: c.cos("y")[0] - c.cos("x")[0],
+            ("y", "x"),
+            "out_cos - input_cos: the anisotropy the block adds to its input",
+        ),
+        Metric(
             "attn_entropy",
             lambda c: entropy_of_rows(c.layer.row_entropy, c.layer.x.shape[1], c.causal),
             ("row_entropy",),

@@ -53,10 +53,12 @@ class BlockSpec:
     mlp: bool = True
     mlp_ratio: int = 4
     activation: str = "gelu"
+    mlp_center: bool = False  # ablation: remove each token's mean hidden activation before W_2
     causal: bool = False
     qk_norm: str = "none"  # "none" | "layernorm" | "rmsnorm" (per head, on q and k)
     depth: int = 1
     init: str = "bert"  # "bert" | "glorot" | "fan_in"
+    qk_weights: str = "random"  # "random" | "tied" (W_K = W_Q) | "identity" (Q = K = V = O = I)
     init_sigma: float = 1.0  # for init = "fan_in": N(0, sigma^2 / fan_in)
     ln_eps: float = 1e-12  # BERT's LayerNorm epsilon
 
@@ -76,11 +78,19 @@ class BlockSpec:
             raise ConfigError(f"{where}.mlp: must be true or false, got {self.mlp!r}")
         check_int(f"{where}.mlp_ratio", self.mlp_ratio, 1, 64)
         check_choice(f"{where}.activation", self.activation, ("gelu", "relu"))
+        if not isinstance(self.mlp_center, bool):
+            raise ConfigError(f"{where}.mlp_center: must be true or false, got {self.mlp_center!r}")
         if not isinstance(self.causal, bool):
             raise ConfigError(f"{where}.causal: must be true or false, got {self.causal!r}")
         check_choice(f"{where}.qk_norm", self.qk_norm, ("none", "layernorm", "rmsnorm"))
         check_int(f"{where}.depth", self.depth, 1, 256)
         check_choice(f"{where}.init", self.init, ("bert", "glorot", "fan_in"))
+        check_choice(f"{where}.qk_weights", self.qk_weights, ("random", "tied", "identity"))
+        if self.qk_weights == "identity" and self.n_heads != 1:
+            raise ConfigError(
+                f"{where}.n_heads: qk_weights = 'identity' needs one head (d_head = d_model), "
+                f"got {self.n_heads}"
+            )
         check_positive(f"{where}.init_sigma", self.init_sigma)
         check_positive(f"{where}.ln_eps", self.ln_eps)
         return self
@@ -105,6 +115,7 @@ class InputSpec:
     sigma: float = 1.0
     alpha: float = 1.0
     nu: float = 3.0
+    normalize: bool = False  # tokens scaled to unit norm after the drift: x_i / |x_i|
 
     def validate(self, where: str = "inputs") -> InputSpec:
         from simlab.core.inputs import INPUTS
@@ -119,6 +130,8 @@ class InputSpec:
         check_positive(f"{where}.sigma", self.sigma)
         check_positive(f"{where}.alpha", self.alpha, strict=False)
         check_positive(f"{where}.nu", self.nu, lo=2.0)
+        if not isinstance(self.normalize, bool):
+            raise ConfigError(f"{where}.normalize: must be true or false, got {self.normalize!r}")
         return self
 
 

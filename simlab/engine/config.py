@@ -35,7 +35,7 @@ from simlab.errors import ConfigError
 
 TABLES = ("block", "inputs", "knobs", "axes", "sweep")
 # Keys an experiment TOML may add for `simlab reproduce`; a sweep ignores them.
-EXPERIMENT_KEYS = ("quick", "figures", "experiment")
+EXPERIMENT_KEYS = ("quick", "figures", "experiment", "variants")
 AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
 SWEEP_DEFAULTS: dict[str, Any] = {
     "seeds": 1,
@@ -59,6 +59,12 @@ MAX_AXIS_POINTS = 1 << 20
 MAX_SEEDS = 1 << 20
 # Fields that change only memory or speed, never the numbers: left out of the fingerprint.
 NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
+# Fields added after results were committed: left out of the fingerprint while at this default,
+# so results computed before the field existed keep their fingerprint (and still reload).
+ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "block": {"mlp_center": False, "qk_weights": "random"},
+    "inputs": {"normalize": False},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +152,10 @@ def fingerprint(config: Mapping[str, Any]) -> str:
     d = json.loads(json.dumps(config))
     for k in NOT_FINGERPRINTED:
         d.get("sweep", {}).pop(k, None)
+    for table, fields in ADDED_DEFAULTS.items():
+        for k, default in fields.items():
+            if k in d.get(table, {}) and d[table][k] == default:
+                del d[table][k]
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -157,6 +167,9 @@ def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") ->
         if prefix == "sweep." and k in NOT_FINGERPRINTED:
             continue
         va, vb = a.get(k), b.get(k)
+        added = ADDED_DEFAULTS.get(prefix[:-1], {})
+        if k in added:
+            va, vb = a.get(k, added[k]), b.get(k, added[k])
         if isinstance(va, Mapping) and isinstance(vb, Mapping):
             out += config_diff(va, vb, name + ".")
         elif va != vb:

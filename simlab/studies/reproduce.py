@@ -18,8 +18,17 @@ Figure types (docs/extending.md has a worked example):
            metric ("<config>_<metric>.png"); x = "layer" plots a stack's per-layer metrics;
            [[figures.series]] tables give each line its own `config`, `x` (or `x_metric`: the
            seed mean of another metric as x), `metric`, `select` and `label`.
+  variants one figure per metric of `metrics` against axis `x`, one line per variant sweep
+           (below): colour from the variant dimension `color`, line style from `style`
+           (default: the first and second dimensions); `theory` = {metric: name of
+           VARIANT_THEORY} overlays a closed form per line; file "<config>_<metric>.png".
 Titles may use {<axis>} (the selected coordinate) and {spread} (`spread_along`: the largest
 change of `metric` along that axis, over all seeds).
+
+Variants: static structure (d_model, a block field) cannot be a grid axis, so an experiment
+may declare [variants]: dimension -> list of tables {name, label, block/inputs/knobs/sweep
+overrides}; one sweep runs per combination (the product over dimensions, in order), into
+OUT/data/<config>/<name>-<name>. A [quick] `variants` table replaces the lists it names.
 
 Experiments (Godey, de la Clergerie & Sagot 2024, "Anisotropy Is Inherent to Self-Attention
 in Transformers", section on untrained blocks, and the mechanism of docs/design.md): paper,
@@ -30,6 +39,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import math
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -63,6 +75,22 @@ THEORY: dict[str, Callable[[Results], tuple]] = {
 }
 
 
+def _mlp_mean_gain(res: Results):
+    """Width figure: the closed-form gain of the MLP's shared output (theory.mlp_mean_gain), at
+    the drifts well below the tokens' norm sqrt(d) embed_std where it applies."""
+    b, i = res.meta["config"]["block"], res.meta["config"]["inputs"]
+    if b["kind"] != "post_ln" or b["init"] != "bert" or i["kind"] != "embedding":
+        return None
+    n = res.axes["drift_norm"]
+    n = n[n <= 0.2 * math.sqrt(b["d_model"]) * i["embed_std"]]
+    gain = 0.0 if b.get("mlp_center") else float(theory.mlp_mean_gain(b["d_model"], b["mlp_ratio"]))
+    return n, np.full(n.shape, gain), "closed form (MLP mean output), small N"
+
+
+# Theory overlays of a `variants` figure: name -> curve (x, y, label) or None, per variant sweep.
+VARIANT_THEORY: dict[str, Callable[[Results], tuple | None]] = {"mlp_mean_gain": _mlp_mean_gain}
+
+
 def experiment_files(directory: Path | None = None) -> dict[str, Path]:
     """Config name -> path of every experiments/*.toml that declares [[figures]]."""
     directory = Path(directory) if directory is not None else experiments_dir()
@@ -83,9 +111,11 @@ def experiment_config(
     directory: Path | None = None,
     extra: dict | None = None,
     sets: tuple[str, ...] = (),
+    variant: Variant | None = None,
 ) -> dict:
     """The sweep tables of experiments/<name>.toml; with quick, its [quick] overrides applied,
-    then `extra` (same form; used by the tests to shrink every experiment further)."""
+    then `extra` (same form; used by the tests to shrink every experiment further), then the
+    variant's overrides (experiment_variants), then --set."""
     path = (Path(directory) if directory is not None else experiments_dir()) / f"{name}.toml"
     if not path.exists():
         raise ConfigError(
@@ -96,9 +126,77 @@ def experiment_config(
     raw = read_toml(path)
     cfg = {k: v for k, v in raw.items() if k not in EXPERIMENT_KEYS}
     if quick:
-        cfg = apply_quick(cfg, raw.get("quick"), f"{path}: quick")
-    cfg = apply_quick(cfg, extra, "extra") if extra else cfg
+        cfg = apply_quick(cfg, _no_variants(raw.get("quick")), f"{path}: quick")
+    cfg = apply_quick(cfg, _no_variants(extra), "extra") if extra else cfg
+    if variant is not None:
+        cfg = apply_quick(cfg, variant.tables, f"{path}: variants {variant.name}")
     return apply_overrides(cfg, sets) if sets else cfg
+
+
+def _no_variants(table: dict | None) -> dict | None:
+    return None if table is None else {k: v for k, v in table.items() if k != "variants"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One sweep of an experiment with [variants]: its directory name, its label in each
+    variant dimension (dimension -> label) and the table overrides it applies."""
+
+    name: str
+    labels: dict
+    tables: dict
+
+
+VARIANT_TABLES = ("block", "inputs", "knobs", "sweep")
+
+
+def _check_variants(dims: dict, where: str) -> None:
+    """Each dimension a non-empty list of tables with a name and known fields."""
+    for dim, entries in dims.items():
+        if not isinstance(entries, list) or not entries:
+            raise ConfigError(f"{where}.{dim}: must be a non-empty list of tables")
+        for i, e in enumerate(entries):
+            at = f"{where}.{dim}[{i}]"
+            if not isinstance(e, dict) or not re.fullmatch(r"[A-Za-z0-9_.]+", str(e.get("name"))):
+                raise ConfigError(f"{at}.name: required, letters, digits, '_' or '.'")
+            for k in e:
+                if k not in ("name", "label", *VARIANT_TABLES):
+                    raise ConfigError(
+                        f"{at}.{k}: unknown field; allowed: name, label, "
+                        + ", ".join(VARIANT_TABLES)
+                    )
+
+
+def experiment_variants(
+    name: str, quick: bool, directory: Path | None = None, extra: dict | None = None
+) -> list[Variant] | None:
+    """The variant sweeps of experiments/<name>.toml (None when it declares no [variants]):
+    the product over its dimensions, [quick] `variants` (with quick) and then `extra`'s
+    replacing the lists of the dimensions they name (extra's other dimensions are ignored)."""
+    path = (Path(directory) if directory is not None else experiments_dir()) / f"{name}.toml"
+    raw = read_toml(path)
+    dims = dict(raw.get("variants") or {})
+    if not dims:
+        return None
+    _check_variants(dims, f"{path}: variants")
+    quick_dims = dict((raw.get("quick") or {}).get("variants", {})) if quick else {}
+    for dim in quick_dims:
+        if dim not in dims:
+            raise ConfigError(f"{path}: quick.variants.{dim}: not a dimension of [variants]")
+    _check_variants(quick_dims, f"{path}: quick.variants")
+    extra_dims = {k: v for k, v in ((extra or {}).get("variants") or {}).items() if k in dims}
+    _check_variants(extra_dims, "extra.variants")
+    dims.update(quick_dims)
+    dims.update(extra_dims)
+    out = []
+    for combo in itertools.product(*dims.values()):
+        tables: dict = {}
+        for e in combo:
+            for t in VARIANT_TABLES:
+                tables[t] = {**tables.get(t, {}), **e.get(t, {})}
+        labels = {d: str(e.get("label", e["name"])) for d, e in zip(dims, combo)}
+        out.append(Variant("-".join(e["name"] for e in combo), labels, tables))
+    return out
 
 
 def figure_specs(name: str, directory: Path | None = None) -> list[dict]:
@@ -118,15 +216,21 @@ class Run:
     directory: Path | None = None
     sets: tuple[str, ...] = ()
 
-    def sweep(self, name: str) -> Results:
-        """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name>."""
+    def sweep(self, name: str, variant: Variant | None = None) -> Results:
+        """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name> (a variant:
+        out/data/<name>/<variant name>)."""
         from simlab.engine.sweep import run_sweep
 
-        data = self.out / "data" / name
-        cfg = experiment_config(name, self.quick, self.directory, self.extra, self.sets)
+        if variant is None and self.variants(name) is not None:
+            raise ConfigError(f"{name}.toml declares [variants]: draw it with kind = 'variants'")
+        data = self.out / "data" / name / (variant.name if variant else "")
+        cfg = experiment_config(name, self.quick, self.directory, self.extra, self.sets, variant)
         res = run_sweep(cfg, out=data, quiet=self.quiet)
         shutil.rmtree(data / "chunks", ignore_errors=True)  # results.npz holds everything
         return res
+
+    def variants(self, name: str) -> list[Variant] | None:
+        return experiment_variants(name, self.quick, self.directory, self.extra)
 
     def title(self, res: Results, what: str) -> str:
         n = res.n_seeds
@@ -279,9 +383,97 @@ def _series_figure(r: Run, name: str, fig: dict) -> Path:
     return plot.save_figure(f, r.out / fig["file"])
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def variants(r: Run, name: str, fig: dict) -> list[Path]:
+    """One figure per metric: the metric against axis x, one line per variant sweep."""
+    vs = r.variants(name)
+    if vs is None:
+        raise ConfigError(f"{name}.toml: kind 'variants' needs a [variants] table")
+    dims = list(vs[0].labels)
+    color = fig.get("color", dims[0])
+    style = fig.get("style", dims[1] if len(dims) > 1 else None)
+    for key in ("color", "style"):
+        if key in fig and fig[key] not in dims:
+            raise ConfigError(f"{name}.toml: figures.{key}: {fig[key]!r} is not one of {dims}")
+    runs = [(v, r.sweep(name, v)) for v in vs]
+    x, select = fig["x"], fig.get("select")
+    xs = runs[0][1].axes[x]
+    if any(not np.array_equal(res.axes[x], xs) for _, res in runs):
+        raise ConfigError(f"{name}.toml: the variants do not share the coordinates of {x!r}")
+    order = {d: list(dict.fromkeys(v.labels[d] for v in vs)) for d in dims}
+    styles = {
+        ", ".join(v.labels.values()): {
+            "color": f"C{order[color].index(v.labels[color]) % 10}",
+            "ls": LINE_STYLES[order[style].index(v.labels[style]) % 4] if style else "-",
+        }
+        for v in vs
+    }
+    meta = _common_meta([res.meta for _, res in runs])
+    files = []
+    for metric in fig["metrics"]:
+        series = {
+            ", ".join(v.labels.values()): (
+                _cut(res, metric, x, select, "mean"),
+                _cut(res, metric, x, select, "std") if fig.get("band", True) else None,
+            )
+            for v, res in runs
+        }
+        what = _format(fig.get("title", ""), runs[0][1], fig, metric=metric)
+        n = runs[0][1].n_seeds
+        tag = " [quick sizes]" if r.quick else ""
+        f, ax = plot.curves(
+            xs,
+            series,
+            x_label=fig.get("x_label", x),
+            y_label=f"{metric} (seed mean +- 1 std)",
+            title=f"{what}{tag}\n{plot.sizes_label(meta)}, {n} seed{'s' * (n != 1)}",
+            styles=styles,
+        )
+        name_theory = fig.get("theory", {}).get(metric)
+        if name_theory is not None:
+            if name_theory not in VARIANT_THEORY:
+                raise ConfigError(
+                    f"{name}.toml: figures.theory.{metric}: {name_theory!r} is not one of "
+                    f"{', '.join(map(repr, VARIANT_THEORY))}"
+                )
+            label = None
+            for v, res in runs:
+                curve = VARIANT_THEORY[name_theory](res)
+                if curve is not None and len(curve[0]):
+                    lab = ", ".join(v.labels.values())
+                    ax.plot(
+                        curve[0],
+                        curve[1],
+                        color=styles[lab]["color"],
+                        ls=(0, (2, 1)),
+                        lw=2.4,
+                        alpha=0.6,
+                        label=None if label else curve[2],
+                    )
+                    label = curve[2]
+            if label:
+                ax.legend(fontsize=7, framealpha=0.85)
+        files.append(plot.save_figure(f, r.out / f"{name}_{metric}.png"))
+    return files
+
+
+def _common_meta(metas: list[dict]) -> dict:
+    """The first sweep's meta with the block/inputs fields that differ between sweeps shown
+    as "per line" (for the title's sizes)."""
+    cfg = {k: dict(v) for k, v in metas[0]["config"].items() if isinstance(v, dict)}
+    for table in ("block", "inputs"):
+        for k in cfg.get(table, {}):
+            if any(m["config"][table].get(k) != cfg[table][k] for m in metas):
+                cfg[table][k] = "per line"
+    return {"config": cfg}
+
+
 FIGURE_TYPES: dict[str, Callable[[Run, str, dict], list[Path]]] = {
     "heatmap": heatmap,
     "curves": curves,
+    "variants": variants,
 }
 
 
@@ -325,7 +517,8 @@ def reproduce(
         out if out is not None else Path("figures") / ("quick" if quick else ""), "--out"
     )
     for n in configs:  # every sweep validated before the first one runs
-        load_config(experiment_config(n, quick, directory, extra, tuple(sets)))
+        for v in experiment_variants(n, quick, directory, extra) or [None]:
+            load_config(experiment_config(n, quick, directory, extra, tuple(sets), v))
     done = {}
     r = Run(out, quick, quiet, extra, None if directory is None else Path(directory), tuple(sets))
     for i, n in enumerate(configs, 1):

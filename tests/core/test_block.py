@@ -91,8 +91,15 @@ CASES = [  # kind, mlp, activation, causal, qk_norm
 ]
 
 
-@pytest.mark.parametrize("kind,mlp,act,causal,qk_norm", CASES)
-def test_layer_apply_vs_numpy(kind, mlp, act, causal, qk_norm):
+@pytest.mark.parametrize(
+    "kind,mlp,act,causal,qk_norm,center",
+    [c + (False,) for c in CASES]
+    + [
+        ("post_ln", True, "gelu", False, "none", True),
+        ("pre_ln", True, "relu", True, "none", True),
+    ],
+)
+def test_layer_apply_vs_numpy(kind, mlp, act, causal, qk_norm, center):
     """Tolerance: float32 vs float64 with O(1) activations (fan_in init, sigma 1): each
     einsum has relative error ~ D eps ~ 4e-6; LayerNorm (eps 1e-12, so no damping) and
     softmax pass that through with O(1) gain. 5e-5 abs / 5e-5 rel is ~10x the measured error
@@ -108,6 +115,7 @@ def test_layer_apply_vs_numpy(kind, mlp, act, causal, qk_norm):
         causal=causal,
         qk_norm=qk_norm,
         init="fan_in",
+        mlp_center=center,
     ).validate()
     assert spec.ln_eps == 1e-12
     p = layer(nontrivial_params(spec), 0)

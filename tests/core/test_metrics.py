@@ -239,6 +239,8 @@ def test_layer_metrics_selects_and_matches_pieces():
     assert set(out) == set(metrics.METRIC_NAMES)
     np.testing.assert_allclose(float(out["attn_cos_within"]), np_anisotropy(attn)[1], atol=TOL)
     np.testing.assert_allclose(float(out["out_cos"]), np_anisotropy(y)[0], atol=TOL)
+    gain = np_anisotropy(y)[0] - np_anisotropy(x)[0]
+    np.testing.assert_allclose(float(out["out_cos_gain"]), gain, atol=TOL)
     np.testing.assert_allclose(float(out["attn_entropy"]), np_attn_entropy(w, True), atol=TOL)
     np.testing.assert_allclose(float(out["stable_rank"]), np_stable_rank(y), rtol=1e-4)
     np.testing.assert_allclose(float(out["qk_mean_cos"]), np_qk_drift(q, k)[2], atol=TOL)

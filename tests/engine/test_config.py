@@ -71,6 +71,20 @@ def test_canonical_round_trip_and_fingerprint():
     assert fingerprint(other) != fp and config_diff(d, other) == ["sweep.seeds"]
 
 
+def test_field_added_later_keeps_old_fingerprints():
+    """block.mlp_center (added after results were committed): a config written before it
+    existed (no such key) and one with its default have the same fingerprint and no diff; the
+    non-default value differs in both."""
+    d = load_config(BASE).to_dict()
+    assert d["block"]["mlp_center"] is False
+    old = {**d, "block": {k: v for k, v in d["block"].items() if k != "mlp_center"}}
+    assert fingerprint(old) == fingerprint(d) and config_diff(old, d) == []
+    assert load_config(old) == load_config(d)
+    on = load_config(with_(block={"d_model": 16, "n_heads": 2, "mlp_center": True})).to_dict()
+    assert fingerprint(on) != fingerprint(d)
+    assert config_diff(old, on) == config_diff(d, on) == ["block.mlp_center"]
+
+
 @pytest.mark.parametrize(
     "cfg, message",
     [
@@ -84,6 +98,10 @@ def test_canonical_round_trip_and_fingerprint():
         ),
         (with_(block={"d_model": 16, "n_heads": 3}), r"block\.n_heads: 3 must divide d_model=16"),
         (with_(block={"widht": 3}), r"block\.widht: unknown field"),
+        (
+            with_(block={"d_model": 16, "n_heads": 2, "mlp_center": 1}),
+            r"block\.mlp_center: must be true or false",
+        ),
         (with_(inputs={"batch": 0}), r"inputs\.batch: 0 is outside"),
         (with_(extra={}), r"extra: unknown table"),
         (with_(sweep={"seeds": 0}), r"sweep\.seeds: 0 is outside the allowed range \[1, 1048576\]"),

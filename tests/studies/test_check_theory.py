@@ -214,6 +214,18 @@ def test_claim3_gaussian_tokens_follow_the_finite_n_formula():
     )
 
 
+def test_claim2_size_path_grows_faster_than_ln_T():
+    """d_model = c ln T with c geometric from c_min to c_max: the endpoints are c_min ln T_0 and
+    c_max ln T_last (rounded up to a multiple of 4), and d / ln T increases along the path."""
+    log2_T = [6, 8, 10, 12, 14]
+    d = gg_attention.path_d_models(log2_T, 64, 512)
+    assert all(x % 4 == 0 for x in d)
+    assert d[0] == 4 * math.ceil(64 * 6 * math.log(2) / 4)
+    assert d[-1] == 4 * math.ceil(512 * 14 * math.log(2) / 4)
+    ratio = [x / (e * math.log(2)) for x, e in zip(d, log2_T)]
+    assert all(b > a for a, b in zip(ratio, ratio[1:]))
+
+
 # ------------------------------------------------------------------------------ claim 4
 def test_claim4_entropy_bound_property_1000_random_heads():
     cfg = dict(
@@ -232,6 +244,38 @@ def test_claim4_entropy_bound_property_1000_random_heads():
     # the sample covers the scales the issue asks for
     assert r["q_scale"].min() < 1e-2 and r["q_scale"].max() > 1e2
     assert (r["drift_norm"] > 0).mean() > 0.5
+    # Zhai et al.'s stated form: ||W~||_2 ||X~X~^T||_2 >= ||L||_2 (submultiplicativity, up to
+    # float32 rounding of L), so its bound is weaker and holds too
+    assert np.all(r["w_norm"] * r["xx_norm"] >= r["spec_norm"] * (1 - 1e-5))
+    assert np.all(r["stated_bound"] <= r["bound"] + 1e-12)
+    assert not (r["stated_slack"] < -zhai_bound.entropy_tolerance(r["T"])).any()
+
+
+def test_claim4_logits_factor_as_in_the_stated_bound():
+    """head_logits' factors reproduce its logits, L = X~ W~ X~^T (float64 product of the float32
+    factors; shifts and drift nonzero, padded sizes traced), and the factor norms are the float64
+    spectral norms (numpy.linalg.svd)."""
+    kn = dict(
+        q_scale=3.0,
+        k_scale=0.2,
+        temperature=0.7,
+        sigma=2.0,
+        input_corr=0.3,
+        drift_norm=5.0,
+        q_shift=4.0,
+        k_shift=1.5,
+        n_tok=5,
+        n_model=6.0,
+        n_head=3.0,
+    )
+    kn = {k: jnp.asarray(v) for k, v in kn.items()}
+    L, x1, w = zhai_bound.head_logits(KEY, kn, T=8, d_model=8, d_head=4)
+    L, x1, w = (np.asarray(a, np.float64) for a in (L, x1, w))
+    np.testing.assert_allclose(x1 @ w @ x1.T, L, rtol=1e-5, atol=1e-5 * np.abs(L).max())
+    assert np.all(L[5:] == 0) and np.all(L[:, 5:] == 0) and np.abs(L[:5, :5]).min() > 0
+    wn, xn = zhai_bound.factor_norms(x1[None], w[None])
+    np.testing.assert_allclose(wn[0], np.linalg.svd(w, compute_uv=False)[0], rtol=1e-12)
+    np.testing.assert_allclose(xn[0], np.linalg.svd(x1, compute_uv=False)[0] ** 2, rtol=1e-12)
 
 
 # ------------------------------------------------------------------------------ claim 5
@@ -407,3 +451,46 @@ def test_claim6_freezing_line_through_simlab_blocks():
     assert freezing_line.crossing(
         np.array([1.0, 10.0]), np.array([1.0, 0.0]), 0.5
     ) == pytest.approx(math.sqrt(10.0))
+
+
+# ------------------------------------------------------------------------ width (MLP mean)
+def test_gelu_moments_mean_is_steins_lemma_for_the_tanh_form():
+    """E GELU(z) for z ~ N(0, s^2): the exact GELU's s^2 / sqrt(2 pi (1 + s^2)); the tanh form
+    differs from it by < 2e-4 at these s (their pointwise gap is < 5e-4 near |z| ~ 2)."""
+    for s2 in (0.05, 0.3072, 1.0):
+        m, v = theory.gelu_moments(s2)
+        assert abs(m - s2 / math.sqrt(2 * math.pi * (1 + s2))) < 2e-4
+        assert 0 < v < s2  # GELU is 1-Lipschitz up to ~1.13: Var g < Var z here
+
+
+def test_mlp_mean_gain_matches_a_numpy_post_ln_mlp():
+    """The closed form against float64 numpy: LN(h + MLP(h)) for h = LN(x) of 1024 Gaussian
+    tokens, BERT-init W_1, W_2 (N(0, 0.02^2)), tanh GELU; out_cos - input_cos averaged over 6
+    weight draws. One draw scatters by ~sqrt(2/d) (|1^T W_2|^2 is chi^2 with d dof): 6% at
+    d = 512, 2.5% over 6 draws; 10% tolerance. The centred MLP (mlp_center) gives ~0."""
+    d, f, n = 512, 2048, 1024
+    rng = np.random.default_rng(0)
+
+    def ln(a):
+        a = a - a.mean(-1, keepdims=True)
+        return a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-12)
+
+    def cos(a):
+        u = a / np.linalg.norm(a, axis=-1, keepdims=True)
+        s = u.sum(0)
+        return (s @ s - n) / (n * (n - 1))
+
+    def gelu(z):
+        return 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+
+    gains, centred = [], []
+    for _ in range(6):
+        h = ln(rng.standard_normal((n, d)))
+        w1, w2 = rng.normal(0, 0.02, (d, f)), rng.normal(0, 0.02, (f, d))
+        g = gelu(h @ w1)
+        gains.append(cos(ln(h + g @ w2)) - cos(h))
+        centred.append(cos(ln(h + (g - g.mean(-1, keepdims=True)) @ w2)) - cos(h))
+    want = float(theory.mlp_mean_gain(d, 4))
+    assert 0.003 < want < 0.006
+    assert abs(np.mean(gains) / want - 1) < 0.10, (np.mean(gains), want)
+    assert abs(np.mean(centred)) < 0.1 * want

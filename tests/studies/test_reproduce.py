@@ -76,7 +76,7 @@ def test_reproduce_all_tiny(tmp_path, capsys):
     # one figure per metric for heatmaps and per_metric curves, else one, as declared
     declared = {
         name: sum(
-            len(f["metrics"]) if f["kind"] == "heatmap" or f.get("per_metric") else 1
+            len(f["metrics"]) if f["kind"] in ("heatmap", "variants") or f.get("per_metric") else 1
             for f in read_toml(path)["figures"]
         )
         for name, path in files.items()
@@ -93,6 +93,13 @@ def test_reproduce_all_tiny(tmp_path, capsys):
     # k_shift has no effect on the attention: the entropy is the same along the k_shift axis
     ks = simlab.load(tmp_path / "data" / "mechanism_kshift")["attn_entropy"]
     np.testing.assert_allclose(ks, np.broadcast_to(ks[:, :1], ks.shape), rtol=0, atol=2e-6)
+    # the width experiment: one sweep per variant, each with its own overrides applied
+    for v in reproduce.experiment_variants("width", quick=True):
+        meta = simlab.load(tmp_path / "data" / "width" / v.name).meta["config"]["block"]
+        assert (meta["d_model"], meta["mlp_center"]) == (
+            v.tables["block"]["d_model"],
+            v.tables["block"]["mlp_center"],
+        )
     # depth stacks carry a layer axis
     assert simlab.load(tmp_path / "data" / "depth_pre_ln")["out_cos"].shape == (3, 1, 12)
     # `simlab plot` redraws a panel from the saved data without recomputing
@@ -116,3 +123,84 @@ def test_reproduce_all_tiny(tmp_path, capsys):
     mtime = (tmp_path / "data" / "paper" / "results.npz").stat().st_mtime_ns
     reproduce.reproduce(["paper"], out=tmp_path, quick=True, quiet=True, extra=TINY)
     assert (tmp_path / "data" / "paper" / "results.npz").stat().st_mtime_ns == mtime
+
+
+VARIANTS_TOML = """
+[block]
+kind = "post_ln"
+d_model = 16
+n_heads = 2
+init = "fan_in"
+[inputs]
+kind = "embedding"
+vocab = 50
+batch = 2
+length = 8
+[[axes]]
+name = "drift_norm"
+values = [0.1, 10.0]
+[sweep]
+metrics = ["out_cos", "out_cos_gain"]
+[variants]
+width = [{ name = "d8", label = "d 8", block = { d_model = 8, n_heads = 1 } },
+         { name = "d16", block = { d_model = 16 } }]
+mlp = [{ name = "bert", block = { mlp_center = false } },
+       { name = "centered", block = { mlp_center = true } }]
+[quick]
+variants = { width = [{ name = "d4", block = { d_model = 4, n_heads = 1 } }] }
+[[figures]]
+kind = "variants"
+x = "drift_norm"
+metrics = ["out_cos_gain", "out_cos"]
+"""
+
+
+def test_variants_product_sweeps_and_figures(tmp_path):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "wv.toml").write_text(VARIANTS_TOML)
+    vs = reproduce.experiment_variants("wv", quick=False, directory=exp)
+    assert [v.name for v in vs] == ["d8-bert", "d8-centered", "d16-bert", "d16-centered"]
+    assert vs[1].labels == {"width": "d 8", "mlp": "centered"}
+    assert vs[1].tables["block"] == {"d_model": 8, "n_heads": 1, "mlp_center": True}
+    quick = reproduce.experiment_variants("wv", quick=True, directory=exp)
+    assert [v.name for v in quick] == ["d4-bert", "d4-centered"]
+    done = reproduce.reproduce(["wv"], out=tmp_path / "out", directory=exp, quiet=True)
+    files = done["wv"][0]
+    assert [f.name for f in files] == ["wv_out_cos_gain.png", "wv_out_cos.png"]
+    assert all(f.stat().st_size > 10_000 for f in files)
+    # each variant's data is the sweep of its own config, run directly
+    for v in vs:
+        got = simlab.load(tmp_path / "out" / "data" / "wv" / v.name)
+        cfg = reproduce.experiment_config("wv", False, exp, variant=v)
+        want = simlab.run_sweep(cfg, out=None, quiet=True)
+        np.testing.assert_array_equal(got["out_cos_gain"], want["out_cos_gain"])
+        np.testing.assert_allclose(
+            got["out_cos_gain"],
+            want["out_cos"]
+            - simlab.run_sweep({**cfg, "sweep": {"metrics": ["input_cos"]}}, out=None, quiet=True)[
+                "input_cos"
+            ],
+            atol=1e-6,
+        )
+    centred = simlab.load(tmp_path / "out" / "data" / "wv" / "d16-centered")["out_cos"]
+    plain = simlab.load(tmp_path / "out" / "data" / "wv" / "d16-bert")["out_cos"]
+    assert np.max(np.abs(centred - plain)) > 1e-4  # the ablation changes the output
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('name = "d16"', 'name = "d 16"', r"variants\.width\[1\]\.name: required"),
+        ("variants = { width", "variants = { depth", r"quick\.variants\.depth: not a dimension"),
+        ('"centered", block', '"centered", colour = 1, block', r"mlp\[1\]\.colour: unknown field"),
+    ],
+)
+def test_variants_errors_name_the_field(tmp_path, old, new, message):
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "wv.toml").write_text(VARIANTS_TOML.replace(old, new))
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=message):
+        reproduce.reproduce(["wv"], out=out, quick=True, directory=exp, quiet=True)
+    assert not out.exists() or list(out.iterdir()) == []

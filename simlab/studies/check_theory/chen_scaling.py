@@ -70,15 +70,52 @@ def sim_simplex(rho, beta_G, *, n: int, n_query: int, chunk: int = 128):
     return jax.lax.map(per_beta, beta_G)
 
 
+def sweep_gaussian(rho: float, n: int, ratios, *, d: int, seeds: int, seed: int):
+    """Claim 3 through simlab's own engine: simlab.run_sweep of an attention-only block with
+    qk_weights = "identity" (Q = K = V = O = I, one head), unit-normalised Gaussian tokens
+    (inputs.normalize) with input_corr rho, one sequence of n tokens, no residual, and the
+    temperature axis that makes simlab's logit y_i . y_j / (sqrt(d) temperature) equal
+    beta <y_i, y_j> for beta = gamma ln n. Every query of the sequence counts (the direct
+    simulation above uses the first n_query). Returns the seed means of (out_cos_within,
+    input_cos_within) over the gamma / gamma_c grid."""
+    from simlab.engine.sweep import run_sweep
+
+    beta = np.asarray(ratios) * float(theory.chen_gamma_c(rho)) * math.log(n)
+    cfg = {
+        "block": {
+            "kind": "attention",
+            "d_model": d,
+            "n_heads": 1,
+            "mlp": False,
+            "qk_weights": "identity",
+        },
+        "inputs": {"kind": "gaussian", "batch": 1, "length": n, "normalize": True},
+        "knobs": {"attn_residual": 0.0, "input_corr": float(rho)},
+        "axes": [{"name": "temperature", "values": (1.0 / (beta * math.sqrt(d))).tolist()}],
+        "sweep": {
+            "seeds": seeds,
+            "base_seed": seed,
+            "metrics": ["out_cos_within", "input_cos_within"],
+        },
+    }
+    res = run_sweep(cfg, out=None, quiet=True)
+    return res.mean("out_cos_within"), float(np.mean(res.mean("input_cos_within")))
+
+
 def check(cfg) -> ClaimResult:
     key = jax.random.PRNGKey(cfg["seed"])
     rhos = list(cfg["rho"])
-    ratios = np.unique(
-        np.concatenate(
-            [
-                np.geomspace(cfg["gamma_ratio_min"], cfg["gamma_ratio_max"], cfg["gamma_points"]),
-                [0.5, 1.0, 2.0],
-            ]
+    ratios = np.unique(  # rounded: geomspace's 0.4999999... and the probe's 0.5 are one point
+        np.round(
+            np.concatenate(
+                [
+                    np.geomspace(
+                        cfg["gamma_ratio_min"], cfg["gamma_ratio_max"], cfg["gamma_points"]
+                    ),
+                    [0.5, 1.0, 2.0],
+                ]
+            ),
+            9,
         )
     )
     probe = np.array([np.argmin(np.abs(ratios - r)) for r in (0.5, 1.0, 2.0)])
@@ -110,6 +147,23 @@ def check(cfg) -> ClaimResult:
             gauss[(rho, n)] = np.mean(acc, 0)
             inp[(rho, n)] = float(np.mean(ic))
             fin_meas[(rho, n)] = np.mean(fm, 0)
+    # the same Gaussian-token model through simlab.run_sweep (every query), for n up to 2^max
+    sweep_ns = [n for n in ns if n <= 2 ** cfg["sweep_log2_n_max"]]
+    swept, swept_err, swept_vs_sim = {}, [], []
+    for n in sweep_ns:
+        e_fin, e_sim = 0.0, 0.0
+        for rho in rhos:
+            out, c_in = sweep_gaussian(
+                rho, n, ratios, d=cfg["d"], seeds=cfg["seeds"], seed=cfg["seed"]
+            )
+            swept[(rho, n)] = out
+            gamma = ratios * float(theory.chen_gamma_c(rho))
+            e_fin = max(
+                e_fin, float(np.max(np.abs(out - theory.chen_output_cosine_finite(gamma, c_in, n))))
+            )
+            e_sim = max(e_sim, float(np.max(np.abs(out - gauss[(rho, n)]))))
+        swept_err.append(e_fin)
+        swept_vs_sim.append(e_sim)
     lim = {rho: theory.chen_output_cosine(ratios * theory.chen_gamma_c(rho), rho) for rho in rhos}
     fin = {
         (rho, n): theory.chen_output_cosine_finite(ratios * theory.chen_gamma_c(rho), rho, n)
@@ -164,6 +218,15 @@ def check(cfg) -> ClaimResult:
         (f"Gaussian tokens d={cfg['d']} vs limit at g/gc=.5/1/2", per_n(err_gauss)),
         (f"Gaussian tokens d={cfg['d']} vs finite-n formula (all g)", per_n(err_gauss_fin)),
         ("  same, formula at the realised input cosine", per_n(err_gauss_meas)),
+        (
+            "simlab.run_sweep (identity block, unit tokens, all queries) vs finite-n formula "
+            "at the realised input cosine",
+            " ".join(f"2^{int(math.log2(n))}:{v:.3f}" for n, v in zip(sweep_ns, swept_err)),
+        ),
+        (
+            "  run_sweep vs the direct simulation (other draws, first n_query queries)",
+            " ".join(f"2^{int(math.log2(n))}:{v:.3f}" for n, v in zip(sweep_ns, swept_vs_sim)),
+        ),
     ] + [
         (
             f"rho={r} n=2^{cfg['log2_n'][-1]} g/gc=.5/1/2",
@@ -185,6 +248,9 @@ def check(cfg) -> ClaimResult:
         err_gauss=err_gauss,
         err_gauss_fin=err_gauss_fin,
         err_gauss_meas=err_gauss_meas,
+        sweep_n=sweep_ns,
+        swept={f"{r}|{n}": swept[(r, n)].tolist() for r in rhos for n in sweep_ns},
+        err_sweep=swept_err,
     )
     return res
 
@@ -236,6 +302,10 @@ def figure(res: ClaimResult, path: Path):
     }
     if "err_gauss_meas" in d:
         errs["  same, at the realised input cosine"] = (np.array(d["err_gauss_meas"]), None)
+    if d.get("sweep_n"):
+        full = np.full(len(d["n"]), np.nan)
+        full[[d["n"].index(n) for n in d["sweep_n"]]] = d["err_sweep"]
+        errs["simlab.run_sweep vs finite-n, realised cosine"] = (full, None)
     plot.curves(
         log2n,
         errs,

@@ -31,9 +31,13 @@ def sim_rank_collapse(
     W_Q, W_K, W_V ~ N(0, 1/d_model), W_O ~ N(0, 1/d_model):
       "attn": X <- SA(norm X)
       "skip": X <- X + SA(norm X)                       (attn_residual = 1)
-      "mlp":  X <- MLP(norm SA(norm X)), ReLU, width mlp_ratio d_model, He init, no skips.
+      "mlp":  X <- MLP(norm SA(norm X)), ReLU, width mlp_ratio d_model, He init, no skips;
+      "mlp_tanh": the same MLP with tanh(g z) for ReLU, g = knobs["mlp_gain"] (the MLP's gain:
+              ~linear for g << 1, sign-like for g >> 1; ReLU is positively homogeneous, so
+              behind a norm its gain cannot matter).
     Logits q_scale k_scale q.k / (sqrt(d_head) temperature).  Returns the relative residual
-    ||X - 1 xbar^T||_F / ||X||_F after each layer, (depth + 1,) with the input first."""
+    ||X - 1 xbar^T||_F / ||X||_F after each layer, (depth + 1,) with the input first.  Runs in
+    the default float dtype (float64 under jax.enable_x64)."""
     dh = d_model // n_heads
     kx, kw = jax.random.split(key)
     x_TD = correlated_tokens(kx, T, d_model, knobs["input_corr"])
@@ -57,14 +61,14 @@ def sim_rank_collapse(
         y_TD = jnp.einsum("hts,hse,hed->td", a_HTS, v_HTE, wo)
         if variant == "skip":
             y_TD = x_TD + y_TD
-        elif variant == "mlp":
+        elif variant in ("mlp", "mlp_tanh"):
             w1 = jax.random.normal(k1, (d_model, mlp_ratio * d_model)) * math.sqrt(2.0 / d_model)
             w2 = jax.random.normal(k2, (mlp_ratio * d_model, d_model)) / math.sqrt(
                 mlp_ratio * d_model
             )
-            y_TD = jnp.einsum(
-                "tf,fd->td", jax.nn.relu(jnp.einsum("td,df->tf", _rms_norm(y_TD), w1)), w2
-            )
+            z = jnp.einsum("td,df->tf", _rms_norm(y_TD), w1)
+            act = jax.nn.relu(z) if variant == "mlp" else jnp.tanh(knobs["mlp_gain"] * z)
+            y_TD = jnp.einsum("tf,fd->td", act, w2)
         return y_TD, rel_res(y_TD)
 
     _, r_L = jax.lax.scan(layer, x_TD, jax.random.split(kw, depth))
@@ -79,9 +83,25 @@ def float_floor() -> float:
     return 50 * float(jnp.finfo(jnp.zeros(()).dtype).eps)
 
 
+def _exponents(key, knobs, cfg, variant, seeds, floor) -> list[float]:
+    """Per seed, the slope k of log r_{l+1} on log r_l above `floor` (theory.collapse_exponent)."""
+    sizes = {k: cfg[k] for k in ("T", "d_model", "n_heads", "depth", "mlp_ratio")}
+    return [
+        theory.collapse_exponent(
+            np.asarray(
+                sim_rank_collapse(jax.random.fold_in(key, s), knobs, variant=variant, **sizes),
+                float,
+            ),
+            floor=floor,
+        )
+        for s in range(seeds)
+    ]
+
+
 def check(cfg) -> ClaimResult:
     key = jax.random.PRNGKey(cfg["seed"])
     knobs = {k: jnp.asarray(cfg[k]) for k in ("q_scale", "k_scale", "temperature", "input_corr")}
+    knobs["mlp_gain"] = jnp.asarray(1.0)
     runs = {}
     for v in VARIANTS:
         rs = [
@@ -136,10 +156,41 @@ def check(cfg) -> ClaimResult:
         f = factor(v)
         return "stops it" if f >= 0.999 else f"slows it to exponential (x{f:.2f}/layer)"
 
-    attn_ok = k["attn"] > 2.0
+    # float64 from a smaller starting residual (input_corr x64_input_corr): the cubic step has
+    # ~3x more layers above the float floor to be fitted on
+    with jax.enable_x64(True):
+        kn64 = {**{k: jnp.asarray(v, jnp.float64) for k, v in knobs.items()}}
+        kn64["input_corr"] = jnp.asarray(cfg["x64_input_corr"], jnp.float64)
+        floor64 = 10 * 50 * float(np.finfo(np.float64).eps)
+        k64 = _exponents(key, kn64, cfg, "attn", cfg["seeds"], floor64)
+    # "MLPs can slow down the convergence": the exponent of the tanh MLP as a function of gain
+    k_gain = {
+        g: float(
+            np.nanmedian(
+                _exponents(
+                    key,
+                    {**knobs, "mlp_gain": jnp.asarray(g)},
+                    cfg,
+                    "mlp_tanh",
+                    cfg["seeds"],
+                    10 * floor,
+                )
+            )
+        )
+        for g in cfg["mlp_gains"]
+    }
+    slowed = [g for g, kg in k_gain.items() if kg <= 1.5]
+    attn_ok = k["attn"] > 2.0 and float(np.nanmedian(k64)) > 2.0
     verdict = (
         f"attn {'agrees' if attn_ok else 'does not agree'}; skip {effect('skip')}; "
-        f"MLP {effect('mlp')}"
+        f"ReLU MLP {effect('mlp')}; tanh MLP "
+        + (
+            f"slows it at gain {', '.join(f'{g:g}' for g in slowed)}"
+            if slowed
+            else "keeps it doubly exponential (k "
+            + f"{min(k_gain.values()):.2f}..{max(k_gain.values()):.2f} over gains "
+            + f"{min(k_gain):g}..{max(k_gain):g})"
+        )
     )
     L = cfg["depth"]
     res = ClaimResult(
@@ -174,11 +225,21 @@ def check(cfg) -> ClaimResult:
             "per-layer factor r_L/r_{L-1} at the end (skip)",
             f"{geo['skip'][-1] / geo['skip'][-2]:.3f}",
         ),
+        (
+            f"float64, input_corr {cfg['x64_input_corr']}: k per seed (median)",
+            f"{np.nanmin(k64):.2f}..{np.nanmax(k64):.2f} ({np.nanmedian(k64):.2f})",
+        ),
+        (
+            "tanh MLP (no skip): median k against the gain g of tanh(g z)",
+            "; ".join(f"g={g:g}: {kg:.2f}" for g, kg in k_gain.items()),
+        ),
     ]
     res.data = dict(
         depth=L,
         floor=floor,
         k=k,
+        k64=k64,
+        k_gain={str(g): v for g, v in k_gain.items()},
         log_c=log_c,
         fit=fit.tolist(),
         fit_start=l0,

@@ -24,7 +24,12 @@ def head_logits(key, knobs, *, T: int, d_model: int, d_head: int):
     k' = k_scale k + k_shift u_k, logits q'.k' / (sqrt(d_head) temperature).  knobs: dict of
     scalars sigma, input_corr, drift_norm, q_shift, k_shift, q_scale, k_scale, temperature.
     Sizes may also be traced (padded) through knobs "n_tok", "n_model", "n_head" (<= the static
-    sizes): padded coordinates are zero, and padded rows and columns of L are zero."""
+    sizes): padded coordinates are zero, and padded rows and columns of L are zero.
+
+    Returns (L (T, T), X~ (T, D+1), W~ (D+1, D+1)) with L = X~ W~ X~^T exactly: X~ = [X, 1]
+    (the tokens and a constant column that carries the shifts), W~ = W~_Q W~_K^T /
+    (sqrt(d_head) temperature), W~_Q = [q_scale W_Q; q_shift u_q^T], W~_K likewise: the
+    factors of Zhai et al.'s statement (theory.zhai_stated_bound)."""
     n_tok = knobs.get("n_tok", T)
     n_model = knobs.get("n_model", d_model)
     n_head = knobs.get("n_head", d_head)
@@ -47,8 +52,12 @@ def head_logits(key, knobs, *, T: int, d_model: int, d_head: int):
     k_TH = knobs["k_scale"] * jnp.einsum("td,dh->th", x_TD, wk_DH) + knobs["k_shift"] * unit(
         kv, m_H
     )
-    logits_TS = jnp.einsum("th,sh->ts", q_TH, k_TH) / (jnp.sqrt(n_head) * knobs["temperature"])
-    return logits_TS * m_T[:, None] * m_T[None, :]
+    c = jnp.sqrt(n_head) * knobs["temperature"]
+    logits_TS = jnp.einsum("th,sh->ts", q_TH, k_TH) / c
+    x1_TE = jnp.concatenate([x_TD, jnp.ones((T, 1))], axis=1) * m_T[:, None]
+    wq_EH = jnp.concatenate([knobs["q_scale"] * wq_DH, knobs["q_shift"] * unit(ku, m_H)[None]])
+    wk_EH = jnp.concatenate([knobs["k_scale"] * wk_DH, knobs["k_shift"] * unit(kv, m_H)[None]])
+    return logits_TS * m_T[:, None] * m_T[None, :], x1_TE, wq_EH @ wk_EH.T / c
 
 
 def row_entropy(logits_TS):
@@ -60,7 +69,8 @@ def row_entropy(logits_TS):
 @partial(jax.jit, static_argnames=("T", "d_model", "d_head"))
 def sim_head_logits(keys, knobs, *, T: int, d_model: int, d_head: int):
     """Claim 4, a batch of configurations (vmap over keys and knob arrays, sizes traced through
-    knobs n_tok / n_model / n_head up to the static padded sizes): logit matrices (B, T, T)."""
+    knobs n_tok / n_model / n_head up to the static padded sizes): logit matrices (B, T, T) and
+    the factors X~ (B, T, D+1), W~ (B, D+1, D+1) of head_logits."""
     return jax.vmap(lambda k, kn: head_logits(k, kn, T=T, d_model=d_model, d_head=d_head))(
         keys, knobs
     )
@@ -152,14 +162,23 @@ def random_entropy_configs(cfg, rng: np.random.Generator) -> dict[str, np.ndarra
     )
 
 
+def factor_norms(x1_BTE, w_BEE) -> tuple[np.ndarray, np.ndarray]:
+    """(||W~||_2, ||X~ X~^T||_2 = ||X~||_2^2) per configuration, in float64 (LAPACK)."""
+    x = np.asarray(x1_BTE, np.float64)
+    w = np.asarray(w_BEE, np.float64)
+    xx = np.linalg.eigvalsh(np.matmul(x.transpose(0, 2, 1), x))[:, -1]
+    return np.linalg.norm(w, ord=2, axis=(1, 2)), np.maximum(xx, 0.0)
+
+
 def run_entropy_configs(cfg, seed: int, batch: int = 256):
     """Simulate every configuration; returns the config arrays plus min_entropy, spec_norm,
-    bound and slack (= min_entropy - bound)."""
+    bound and slack (= min_entropy - bound), and Zhai et al.'s stated form: w_norm, xx_norm,
+    stated_bound, stated_slack."""
     rng = np.random.default_rng(seed)
     key = jax.random.PRNGKey(seed)
     c = random_entropy_configs(cfg, rng)
     n = c["T"].size
-    h, sn = np.zeros(n), np.zeros(n)
+    h, sn, wn, xn = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     D, H = int(max(cfg["d_model"])), int(max(cfg["d_head"]))
     t_pad = np.array([next(p for p in T_PAD_LADDER if p >= t) for t in c["T"]])
     knob_names = (
@@ -184,13 +203,16 @@ def run_entropy_configs(cfg, seed: int, batch: int = 256):
             kn["n_model"] = jnp.asarray(c["d_model"][sel], jnp.float32)
             kn["n_head"] = jnp.asarray(c["d_head"][sel], jnp.float32)
             keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.asarray(sel))
-            L = sim_head_logits(keys, kn, T=int(tp), d_model=D, d_head=H)
+            L, x1, w = sim_head_logits(keys, kn, T=int(tp), d_model=D, d_head=H)
             hb = np.asarray(min_row_entropy(L, kn["n_tok"]), float)
             h[idx] = hb[: idx.size]
             sn[idx] = spectral_norms(L[: idx.size], c["T"][idx])
+            wn[idx], xn[idx] = factor_norms(x1[: idx.size], w[: idx.size])
     out = dict(c)
     out.update(min_entropy=h, spec_norm=sn, bound=theory.zhai_entropy_lower_bound(sn, c["T"]))
     out["slack"] = out["min_entropy"] - out["bound"]
+    out.update(w_norm=wn, xx_norm=xn, stated_bound=theory.zhai_stated_bound(wn, xn, c["T"]))
+    out["stated_slack"] = out["min_entropy"] - out["stated_bound"]
     return out
 
 
@@ -206,9 +228,15 @@ def check(cfg) -> ClaimResult:
     mid = finite & (r["bound"] > 0.01 * lnT) & (r["bound"] < 0.99 * lnT)
     closeness = r["slack"][mid] / (lnT[mid] - r["bound"][mid])
     nviol = int(viol.sum()) + int((~finite).sum())
+    # the stated form (||W~||_2 ||X~ X~^T||_2 >= ||L||_2): weaker, so it must hold too
+    s_viol = int((r["stated_slack"] < -tol).sum()) + int((~np.isfinite(r["stated_bound"])).sum())
+    s_mid = finite & (r["stated_bound"] > 0.01 * lnT) & (r["stated_bound"] < 0.99 * lnT)
+    loose = (r["w_norm"] * r["xx_norm"])[finite] / np.maximum(r["spec_norm"][finite], 1e-300)
     # a bound that holds says little where it is ~0 or ~ln T: how many configs it informs
     verdict = (
-        f"holds; informative for {int(mid.sum())} of {n}" if nviol == 0 else f"VIOLATED ({nviol})"
+        f"holds; informative for {int(mid.sum())} of {n} (stated form: {int(s_mid.sum())})"
+        if nviol + s_viol == 0
+        else f"VIOLATED ({nviol} ||L||_2 form, {s_viol} stated form)"
     )
     res = ClaimResult(
         claim="4 zhai_bound",
@@ -216,7 +244,7 @@ def check(cfg) -> ClaimResult:
         sizes=f"{n} configs T={min(cfg['T'])}..{max(cfg['T'])}",
         predicted="min_i H_i - bound >= 0",
         simulated=f"min slack {np.min(r['slack']):.1e}",
-        error=f"{nviol} violations",
+        error=f"{nviol} + {s_viol} violations",
         shrinks="n/a (bound)",
         verdict=verdict,
     )
@@ -231,6 +259,14 @@ def check(cfg) -> ClaimResult:
             "configs with bound < 0.01 lnT / > 0.99 lnT",
             f"{int((finite & (r['bound'] <= 0.01 * lnT)).sum())} / "
             f"{int((finite & (r['bound'] >= 0.99 * lnT)).sum())}",
+        ),
+        (
+            "stated form h_T(sqrt(T/(T-1)) ||W~||_2 ||X~X~^T||_2): violations / informative",
+            f"{s_viol} / {int(s_mid.sum())}",
+        ),
+        (
+            "||W~||_2 ||X~X~^T||_2 / ||L||_2: median / max (>= 1)",
+            f"{np.median(loose):.3g} / {np.max(loose):.3g} (min {np.min(loose):.6f})",
         ),
     ]
     res.data = {k: np.asarray(v).tolist() for k, v in r.items()}
@@ -258,6 +294,15 @@ def figure(res: ClaimResult, path: Path):
     fig.colorbar(sc, ax=ax1, label="log2 T")
     # the extremal logit matrices L = e_i a^T attain the bound
     g = np.linspace(0, 1, 50)
+    ax1.scatter(
+        d["stated_bound"] / lnT,
+        d["min_entropy"] / lnT,
+        s=5,
+        marker="x",
+        color="0.55",
+        alpha=0.5,
+        label="stated form ||W~|| ||X~X~^T|| (Zhai et al.)",
+    )
     ax1.plot(g, g, "k--", lw=1.2, label="measured = bound (attained by L = e_i a^T)")
     ax1.set_xlabel("bound / ln T")
     ax1.set_ylabel("min row entropy / ln T")
