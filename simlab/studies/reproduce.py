@@ -17,7 +17,8 @@ Figure types (docs/extending.md has a worked example):
            `group` one line per value of that axis; `per_metric = true` makes one figure per
            metric ("<config>_<metric>.png"); x = "layer" plots a stack's per-layer metrics;
            [[figures.series]] tables give each line its own `config`, `x` (or `x_metric`: the
-           seed mean of another metric as x), `metric`, `select` and `label`.
+           seed mean of another metric as x), `metric`, `select` and `label`; `theory`: names
+           of CURVE_THEORY drawn dashed over the lines (claim 7 over the depth stacks).
   variants one figure per metric of `metrics` against axis `x`, one line per variant sweep
            (below): colour from the variant dimension `color`, line style from `style`
            (default: the first and second dimensions); `theory` = {metric: name of
@@ -86,6 +87,37 @@ def _mlp_mean_gain(res: Results):
     gain = 0.0 if b.get("mlp_center") else float(theory.mlp_mean_gain(b["d_model"], b["mlp_ratio"]))
     return n, np.full(n.shape, gain), "closed form (MLP mean output), small N"
 
+
+def _signal_propagation(res: Results, metric: str, select: dict):
+    """Depth figures: claim 7's per-layer cosine (theory.signal_propagation) for a stack of
+    init = "fan_in" on Gaussian tokens at the selected temperature (None for other metrics or
+    setups)."""
+    b, i, kn = res.meta["config"]["block"], res.meta["config"]["inputs"], res.meta["config"]
+    if metric not in ("out_cos", "out_cos_within") or b["init"] != "fan_in":
+        return None
+    if i["kind"] != "gaussian" or "temperature" not in select:
+        return None
+    knobs = kn.get("knobs", {})
+    if any(knobs.get(k, 0.0) != 0.0 for k in ("drift_norm", "input_corr", "q_shift")):
+        return None
+    pred = theory.signal_propagation(
+        b["kind"],
+        b["depth"],
+        i["length"],
+        i["batch"],
+        knobs.get("q_scale", 1.0) * knobs.get("k_scale", 1.0) / float(select["temperature"]),
+        mlp=b["mlp"],
+        activation=b["activation"],
+        attn_residual=knobs.get("attn_residual", 1.0),
+        mlp_residual=knobs.get("mlp_residual", 1.0),
+    )[metric]
+    return np.arange(1, b["depth"] + 1), pred, "predicted (claim 7: layer recursion)"
+
+
+# Theory overlays of a `curves` figure with x = "layer": name -> fn(results, metric, select).
+CURVE_THEORY: dict[str, Callable[[Results, str, dict], tuple | None]] = {
+    "signal_propagation": _signal_propagation
+}
 
 # Theory overlays of a `variants` figure: name -> curve (x, y, label) or None, per variant sweep.
 VARIANT_THEORY: dict[str, Callable[[Results], tuple | None]] = {"mlp_mean_gain": _mlp_mean_gain}
@@ -348,7 +380,7 @@ def curves(r: Run, name: str, fig: dict) -> list[Path]:
                 )
         y_label = fig.get("y_label", f"{ms[0] if len(ms) == 1 else 'value'} (seed mean +- 1 std)")
         what = _format(fig.get("title", ""), res, fig, metric=ms[0])
-        f, _ = plot.curves(
+        f, ax = plot.curves(
             x_values,
             series,
             x_label=fig.get("x_label", x),
@@ -356,8 +388,42 @@ def curves(r: Run, name: str, fig: dict) -> list[Path]:
             x_log=fig.get("x_log"),
             title=r.title(res, what),
         )
+        _curve_theory(ax, res, fig, ms, groups, name)
         files.append(plot.save_figure(f, r.out / fig.get("file", f"{name}_{ms[0]}.png")))
     return files
+
+
+def _curve_theory(ax, res: Results, fig: dict, metrics: list, groups: list, name: str) -> None:
+    """fig["theory"]: CURVE_THEORY names, drawn dashed in each line's colour."""
+    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
+    drawn = None
+    for t in fig.get("theory", []):
+        if t not in CURVE_THEORY:
+            raise ConfigError(
+                f"{name}.toml: figures.theory: {t!r} is not one of "
+                f"{', '.join(map(repr, CURVE_THEORY))}"
+            )
+        for m in metrics:
+            for value in groups:
+                select = dict(fig.get("select", {}))
+                label = m
+                if value is not None:
+                    select[fig["group"]] = value
+                    label = f"{fig['group']} = {value:g}"
+                curve = CURVE_THEORY[t](res, m, select)
+                if curve is None:
+                    continue
+                ax.plot(
+                    curve[0],
+                    curve[1],
+                    ls="--",
+                    lw=1.3,
+                    color=colors.get(label, "k"),
+                    label=None if drawn else curve[2],
+                )
+                drawn = curve[2]
+    if drawn:
+        ax.legend(fontsize=8, framealpha=0.85)
 
 
 def _series_figure(r: Run, name: str, fig: dict) -> Path:

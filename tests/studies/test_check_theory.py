@@ -494,3 +494,78 @@ def test_mlp_mean_gain_matches_a_numpy_post_ln_mlp():
     assert 0.003 < want < 0.006
     assert abs(np.mean(gains) / want - 1) < 0.10, (np.mean(gains), want)
     assert abs(np.mean(centred)) < 0.1 * want
+
+
+# ----------------------------------------------------------------------------- claim 7
+def test_softmax_overlaps_exact_cases():
+    """s = 0: uniform rows, Y = Z = 1/n exactly; c = 1: the two rows coincide, Z = Y; the
+    n -> infinity limit is Giorlandino & Goldt's frozen weight 1 - sqrt(2 ln n) / s."""
+    y, z = theory.softmax_overlaps(0.0, 0.3, 64)
+    assert abs(y - 1 / 64) < 1e-15 and abs(z - 1 / 64) < 1e-15
+    y, z = theory.softmax_overlaps(2.0, 1.0, 64)
+    assert abs(y - z) < 1e-12 and 1 / 64 < y < 1
+    y, z = theory.softmax_overlaps(10.0, 0.0, 1024, finite=False)
+    assert abs(y - (1 - math.sqrt(2 * math.log(1024)) / 10)) < 1e-12 and z == 0.0
+    assert theory.softmax_overlaps(1.0, 0.0, 1024, finite=False) == (0.0, 0.0)
+
+
+def test_activation_kernel_gelu_against_scipy_dblquad():
+    """The GELU kernel's Gauss-Hermite quadrature against scipy's adaptive dblquad of
+    g(z1) g(c z1 + sqrt(1 - c^2) z2) phi(z1) phi(z2) over [-10, 10]^2."""
+    from scipy import integrate
+    from scipy.stats import norm
+
+    def gelu(z):
+        return 0.5 * z * (1 + math.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+
+    for c in (0.0, 0.6, -0.4):
+        q, p = theory.activation_kernel(c, "gelu")
+        s = math.sqrt(1 - c * c)
+        want = integrate.dblquad(
+            lambda z1, z2, c=c, s=s: gelu(z1) * gelu(c * z1 + s * z2) * norm.pdf(z1) * norm.pdf(z2),
+            -10,
+            10,
+            -10,
+            10,
+        )[0]
+        q_want = integrate.quad(lambda z: gelu(z) ** 2 * norm.pdf(z), -10, 10)[0]
+        assert abs(p - want) < 1e-5 and abs(q - q_want) < 1e-6, (c, p, want)
+
+
+def test_signal_propagation_post_ln_is_the_authors_block_update():
+    """finite=False, post-LN, ReLU: three layers of the recursion equal a literal port of
+    Giorlandino & Goldt's get_block_update_wres (their theory_update_general.py: attention
+    update, p_0 = (var_v p_att + var_b + alpha_A^2 p) / (var_v q_att + var_b + alpha_A^2), MLP
+    update by scipy dblquad, p_block = (p_MLP + alpha^2 p_0) / (q_MLP + alpha^2); var_v =
+    var_w = 1, var_b = 0, beta = lam / sqrt(ln T)), with the MLP integrals computed here by
+    scipy instead of simlab's quadrature."""
+    from scipy import integrate
+    from scipy.stats import norm
+
+    T, lam = 256, 6.0
+
+    def relu_mlp(c):
+        f = lambda z1, z2: (  # noqa: E731
+            max(z1, 0.0)
+            * max(c * z1 + math.sqrt(1 - c * c) * z2, 0.0)
+            * norm.pdf(z1)
+            * norm.pdf(z2)
+        )
+        return 0.5, integrate.dblquad(f, -10, 10, -10, 10)[0]
+
+    def gg_block(p):
+        beta, beta_c = lam / math.sqrt(math.log(T)), math.sqrt(2 / (1 - p))
+        q_att = p if beta < beta_c else p + (1 - p) * (1 - beta_c / beta)
+        p0 = (p + p) / (q_att + 1)
+        q_mlp, p_mlp = relu_mlp(p0)
+        return (p_mlp + p0) / (q_mlp + 1)
+
+    p, want = 0.0, []
+    for _ in range(3):
+        p = gg_block(p)
+        want.append(p)
+    got = theory.signal_propagation("post_ln", 3, T, 1, lam, activation="relu", finite=False)[
+        "out_cos_within"
+    ]
+    np.testing.assert_allclose(got, want, atol=2e-3)
+    assert want[-1] > want[0] > 0.1  # not vacuous: the cosine grows layer by layer

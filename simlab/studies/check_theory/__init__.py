@@ -1,14 +1,15 @@
-"""`simlab check-theory`: simulate the six claims of simlab.theory and compare.
+"""`simlab check-theory`: simulate the seven claims of simlab.theory and compare.
 
 Claims 1-5 have a simulation written directly in jnp (pure functions, explicit einsums; no
-dependency on simlab's blocks); claim 6 runs through simlab.run_sweep. Each has a check that
+dependency on simlab's blocks; claim 3 also runs through simlab.run_sweep); claims 6 and 7 run
+through simlab.run_sweep. Each has a check that
 turns simulation + prediction into one table row (sizes, predicted, simulated, error, whether
 the error shrinks with size, verdict) plus detail rows, and a figure theory_<claim>.png
 (in figures/, or figures/quick/ for --quick) with the prediction overlaid.
 
 Sizes come from experiments/theory_<claim>.toml alone ([full] and [quick] tables). One module
 per claim (rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse,
-freezing_line), each with
+freezing_line, signal_propagation), each with
 `check(cfg)` and `figure(result, path)`; CLAIMS is the registry. Runs:
 
     simlab check-theory [--quick] [--figures-dir DIR] [--no-figures] [--json FILE]
@@ -41,6 +42,7 @@ from simlab.studies.check_theory import (
     freezing_line,
     gg_attention,
     rem_entropy,
+    signal_propagation,
     zhai_bound,
 )
 from simlab.studies.check_theory.common import ClaimResult, load_config
@@ -53,6 +55,7 @@ CLAIMS = {
     "zhai_bound": zhai_bound,
     "dong_collapse": dong_collapse,
     "freezing_line": freezing_line,
+    "signal_propagation": signal_propagation,
 }
 
 
