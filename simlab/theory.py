@@ -1,6 +1,6 @@
 """Closed-form predictions about attention sharpness and anisotropy, each with its source.
 
-Six claims (the numbering is the one of `simlab check-theory` and docs/theory.md):
+Seven claims (the numbering is the one of `simlab check-theory` and docs/theory.md):
 
   1. REM entropy      softmax of T i.i.d. Gaussian logits (Derrida's random energy model).
   2. Giorlandino-Goldt  output cosine of one attention layer on correlated tokens
