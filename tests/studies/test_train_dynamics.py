@@ -1,15 +1,15 @@
-"""Training dynamics (simlab.studies.train_dynamics) and the synthetic corpora
-(simlab.studies.train_dynamics.corpus).
+"""Training dynamics (simlab.studies.train_dynamics); the corpora are tested in
+test_train_corpora.py, the report's numbers and verdicts in test_train_report.py.
 
 Oracles and invariants only: the tracked statistics equal a direct numpy computation on the
-same parameters; the corpora have the requested unigram law and a Markov structure; a short
-run lowers the loss and its results reload. Whether drift appears is reported, not tested.
+same parameters; a short run lowers the loss and its results reload; a bad config is refused
+before any work. Whether drift appears is reported, not tested.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import json
 
 import jax
 import jax.numpy as jnp
@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 
 import simlab
+from simlab import cli
 from simlab.core import block
 from simlab.core.lab import knob_arrays
+from simlab.errors import ConfigError
 from simlab.studies import train_dynamics
 from simlab.studies.train_dynamics import config, corpus, loop, stats
 
 TINY = dataclasses.replace(
     config.load(quick=True),
-    vocab=64,
+    vocab=256,  # = the text corpus: one compiled model for every test
     d_model=32,
     n_heads=4,
     context=16,
@@ -33,70 +35,20 @@ TINY = dataclasses.replace(
     warmup=5,
     n_checkpoints=12,
     eval_batch=4,
+    final_eval_batch=6,
     lab_seeds=1,
+    seeds=1,
+    pairs=4,
+    period_min=3,
+    period_max=8,
 )
 
 
-# ------------------------------------------------------------------ corpora
-@pytest.mark.parametrize("s", [0.8, 1.1, 1.5])
-def test_zipf_exponent_fitted_on_a_sample(s):
-    spec = corpus.CorpusSpec("zipf", vocab=256, zipf_s=s, seed=3)
-    ids = corpus.sample(spec, 400, 129, np.random.default_rng(0))
-    assert abs(corpus.fit_zipf_exponent(ids, 256) - s) < 0.1
-    # independent estimate: least squares of log frequency on log rank (ranks seen >= 20 times)
-    counts = np.bincount(ids.ravel(), minlength=256)
-    keep = counts >= 20
-    slope = np.polyfit(np.log(np.arange(1, 257)[keep]), np.log(counts[keep]), 1)[0]
-    assert abs(-slope - s) < 0.1
-
-
-def test_uniform_corpus_has_a_uniform_unigram():
-    spec = corpus.CorpusSpec("uniform", vocab=256, seed=3)
-    ids = corpus.sample(spec, 400, 129, np.random.default_rng(1))
-    counts = np.bincount(ids.ravel(), minlength=256)
-    n, v = counts.sum(), 256
-    chi2 = np.sum((counts - n / v) ** 2 / (n / v))  # ~ v - 1 +- sqrt(2 (v - 1)) for iid
-    assert chi2 < (v - 1) + 8 * math.sqrt(2 * (v - 1))
-    assert abs(corpus.fit_zipf_exponent(ids, v)) < 0.05
-    p = counts / n
-    assert abs(-np.sum(p * np.log(p)) - math.log(v)) < 0.01
-
-
-@pytest.mark.parametrize("kind", ["zipf", "uniform"])
-def test_markov_structure(kind):
-    """Exact chain: rows sum to 1, pi is stationary, H(next | current) < H(unigram); a sample
-    shows the same conditional entropy (plug-in estimate, slightly biased low)."""
-    spec = corpus.CorpusSpec(kind, vocab=128, seed=5)
-    p, pi = corpus.transition_matrix(spec), corpus.unigram(spec)
-    np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-12)
-    np.testing.assert_allclose(pi @ p, pi, atol=1e-12)
-    h = corpus.entropies(spec)
-    assert h["conditional_entropy"] < h["unigram_entropy"] - 0.5
-    ids = corpus.sample(spec, 2000, 65, np.random.default_rng(2))
-    joint = np.zeros((128, 128))
-    np.add.at(joint, (ids[:, :-1].ravel(), ids[:, 1:].ravel()), 1.0)
-    joint /= joint.sum()
-    cond = joint / np.maximum(joint.sum(1, keepdims=True), 1e-300)
-    h_emp = -np.sum(joint * np.log(np.where(cond > 0, cond, 1.0)))
-    u = np.bincount(ids.ravel(), minlength=128) / ids.size
-    h1_emp = -np.sum(u * np.log(np.where(u > 0, u, 1.0)))
-    assert h_emp < h1_emp - 0.5
-    assert abs(h_emp - h["conditional_entropy"]) < 0.1
-    # the first position is already stationary
-    first = np.bincount(ids[:, 0], minlength=128) / len(ids)
-    assert np.abs(first - pi).max() < 5 * np.sqrt(pi.max() / len(ids))
-
-
-def test_same_maps_for_both_corpora():
-    """The bigram map on the quantile scale depends on the seed only."""
-    a, b = corpus.CorpusSpec("zipf", seed=7), corpus.CorpusSpec("uniform", seed=7)
-    assert np.array_equal(corpus.permutations(a), corpus.permutations(b))
-
-
+# ------------------------------------------------------------------ checkpoints
 def test_checkpoints_are_log_spaced_and_enough():
     for cfg in (config.load(quick=False), config.load(quick=True)):
         s = loop.checkpoint_steps(cfg.steps, cfg.n_checkpoints)
-        assert len(s) >= 30 and s[0] == 0 and s[-1] == cfg.steps
+        assert len(s) >= min(cfg.n_checkpoints, cfg.steps) and s[0] == 0 and s[-1] == cfg.steps
         assert np.all(np.diff(s) > 0)
         gaps = np.diff(np.log(s[1:]))
         assert gaps.max() <= np.log(2) + 1e-12  # at most doubling (rounding at the start)
@@ -194,7 +146,7 @@ def direct_stats(cfg, params, ids):
 
 def test_tracked_stats_equal_a_direct_computation():
     cfg = TINY
-    _, _, init, train_step, evaluate = loop.compiled(cfg)
+    _, _, init, train_step, evaluate, held_out_loss = loop.compiled(cfg)
     rng = np.random.default_rng(0)
     spec = dataclasses.replace(cfg, corpus="zipf").corpus_spec()
     params, opt = init(jax.random.PRNGKey(1))
@@ -208,6 +160,7 @@ def test_tracked_stats_equal_a_direct_computation():
     assert set(got) == set(want)
     for n in want:
         np.testing.assert_allclose(got[n], want[n], rtol=2e-3, atol=2e-5, err_msg=n)
+    np.testing.assert_allclose(held_out_loss(params, jnp.asarray(ids)), want["loss"], rtol=1e-5)
 
 
 # ------------------------------------------------------------------ closing the loop
@@ -246,59 +199,117 @@ def test_lab_point_maps_statistics_to_knobs():
 
 # ------------------------------------------------------------------ a whole (tiny) run
 def test_quick_run_lowers_loss_and_reloads(tmp_path):
-    cfg = dataclasses.replace(TINY, corpus="zipf")
-    res = loop.run(cfg, tmp_path / "zipf", quiet=True)
-    loss = res.metrics["loss"][:, 0, 0, 0]
-    assert loss[-1] < loss[0] - 0.3
+    cfg = dataclasses.replace(TINY, corpus="recall_zipf", seeds=2)
+    res = loop.run(cfg, tmp_path / "r", quiet=True)
+    loss = res.metrics["loss"][:, 0, 0, :]
+    assert np.all(loss[-1] < loss[0] - 0.3)
     assert np.all(np.isfinite(loss))
-    back = simlab.load(tmp_path / "zipf")
+    back = simlab.load(tmp_path / "r")
     assert list(back.axes) == ["step", "layer", "head"]
     n_steps = len(loop.checkpoint_steps(cfg.steps, cfg.n_checkpoints))
     for n in stats.PER_HEAD + stats.PER_LAYER + loop.LOOP + ("loss",):
         assert back[n].shape[0] == n_steps and back[n].ndim == 4, n
         assert np.array_equal(back[n], res.metrics[n], equal_nan=True)
-    assert back["q_rms"].shape == (n_steps, cfg.depth, cfg.n_heads, 1)
-    assert back["out_cos"].shape == (n_steps, cfg.depth, 1, 1)
-    assert back.mean("attn_entropy").shape == (n_steps, cfg.depth, cfg.n_heads)
+    assert back["q_rms"].shape == (n_steps, cfg.depth, cfg.n_heads, 2)
+    assert back["out_cos"].shape == (n_steps, cfg.depth, 1, 2)
     assert back.meta["dims"]["out_cos"] == ["step", "layer", "seed"]
-    assert len(back.meta["train_loss"][0]) == cfg.steps
-    # the saved final parameters reproduce the last checkpoint's statistics
-    params = loop.load_params(tmp_path / "zipf" / "params_seed0.npz")
-    held = corpus.sample(cfg.corpus_spec(), cfg.eval_batch, cfg.context + 1, loop._rngs(cfg, 0)[1])
-    again = jax.device_get(loop.compiled(cfg)[4](params, jnp.asarray(held)))
-    for n in stats.PER_HEAD:
-        np.testing.assert_allclose(again[n], back[n][-1, ..., 0], rtol=1e-5, atol=1e-6, err_msg=n)
+    assert len(back.meta["train_loss"][1]) == cfg.steps
+    # seeds are different models on different data, the held-out batch is shared
+    assert not np.array_equal(back["q_rms"][-1, ..., 0], back["q_rms"][-1, ..., 1])
+    # the saved final parameters reproduce the last checkpoint's statistics and final loss
+    _, _, _, _, evaluate, held_out_loss = loop.compiled(cfg)
+    held, final = loop.held_out(cfg)
+    for s in range(2):
+        params = loop.load_params(tmp_path / "r" / f"params_seed{s}.npz")
+        again = jax.device_get(evaluate(params, jnp.asarray(held)))
+        for n in stats.PER_HEAD:
+            np.testing.assert_allclose(
+                again[n], back[n][-1, ..., s], rtol=1e-5, atol=1e-6, err_msg=n
+            )
+        f = float(held_out_loss(params, jnp.asarray(final)))
+        assert f == pytest.approx(back.meta["final_loss"][s], rel=1e-6)
+    assert final.shape == (cfg.final_eval_batch, cfg.context + 1)
+    assert back.meta["corpus"]["loss_floor"] == pytest.approx(
+        corpus.floors(cfg.corpus_spec(), cfg.context + 1)["loss_floor"]
+    )
     done = np.isin(back.axes["step"], back.meta["loop_steps"])
     assert done.sum() >= 3 and np.all(np.isnan(back["lab_entropy_norms"][~done]))
     for n in loop.LOOP[:2]:
         assert np.all((back[n][done] >= 0) & (back[n][done] <= 1 + 1e-6))
 
 
+def test_same_seed_same_run():
+    """Weights, data order and held-out data derive from the seed: a second run is identical."""
+    cfg = dataclasses.replace(TINY, corpus="induction_uniform")
+    a, b = loop.run(cfg, quiet=True), loop.run(cfg, quiet=True)
+    for n in a.metrics:
+        assert np.array_equal(a[n], b[n], equal_nan=True), n
+    assert a.meta["train_loss"] == b.meta["train_loss"]
+
+
+def _toml(cfg, **train) -> str:
+    """An experiments/train_dynamics.toml with cfg's fields ([train], [criteria])."""
+    vals = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "criteria"}
+    vals.update(train)
+    crit = dataclasses.asdict(cfg.criteria)
+    lines = ["[train]"] + [
+        f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}" for k, v in vals.items()
+    ]
+    lines += ["[quick]", "[criteria]"] + [f"{k} = {json.dumps(v)}" for k, v in crit.items()]
+    return "\n".join(lines) + "\n"
+
+
 def test_cli_quick_writes_results_and_figures(tmp_path, monkeypatch, capsys):
     """The command end to end, its sizes read from its own experiments folder (the TINY sizes
     above: compiled once)."""
-    import argparse
-
-    lines = (
-        ["[train]"]
-        + [
-            f"{f.name} = {getattr(TINY, f.name)!r}".replace("'", '"')
-            for f in dataclasses.fields(TINY)
-        ]
-        + ["[quick]"]
-    )
-    (tmp_path / "train_dynamics.toml").write_text("\n".join(lines) + "\n")
+    (tmp_path / "train_dynamics.toml").write_text(_toml(TINY, corpora=["uniform", "text"]))
     monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(tmp_path))
-    parser = argparse.ArgumentParser()
-    train_dynamics.add_arguments(parser)
-    args = parser.parse_args(
-        ["--quick", "--out", str(tmp_path / "out"), "--quiet", "--figures", str(tmp_path / "figs")]
-    )
-    assert train_dynamics.cli_main(args) == 0
-    for c in ("zipf", "uniform"):
-        n = len(loop.checkpoint_steps(TINY.steps, TINY.n_checkpoints))
+    argv = ["train-dynamics", "--quick", "--out", str(tmp_path / "out"), "--quiet"]
+    assert cli.main(argv + ["--figures", str(tmp_path / "figs")]) == 0
+    n = len(loop.checkpoint_steps(TINY.steps, TINY.n_checkpoints))
+    for c in ("uniform", "text"):
         assert simlab.load(tmp_path / "out" / c)["loss"].shape[0] == n
-    assert (tmp_path / "out" / "summary.json").exists()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert set(summary) == {"uniform", "text", "overall", "wall_time_s"}
+    assert summary["text"]["corpus"]["python"] and summary["text"]["corpus"]["train_sha256"]
     for f in ("train_drift.png", "train_entropy_anisotropy.png", "train_loop_entropy.png"):
         assert (tmp_path / "figs" / f).stat().st_size > 10_000
-    assert "held-out loss" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "held-out loss" in out and "not only long-tailed" in out
+    # --corpus picks every corpus of a task
+    assert train_dynamics.selected(TINY, ["recall", "text"]) == (
+        "recall_zipf",
+        "recall_uniform",
+        "text",
+    )
+
+
+@pytest.mark.parametrize(
+    "train, argv, field",
+    [
+        ({"pairs": 8}, [], "corpus.pairs"),  # 2 * 8 + 2 > context + 1 = 17
+        ({"period_max": 17}, [], "corpus.period_max"),  # no copy in 17 tokens
+        ({"corpora": ["zipf", "nope"]}, [], "train.corpora"),
+        ({"lr": -1.0}, [], "train.lr"),
+        ({}, ["--steps", "0"], "train.steps"),
+        ({}, ["--seeds", "0"], "train.seeds"),
+        ({"bogus": 1}, [], "train.bogus"),
+    ],
+)
+def test_bad_config_exits_2_before_any_output(tmp_path, monkeypatch, capsys, train, argv, field):
+    (tmp_path / "train_dynamics.toml").write_text(
+        _toml(TINY, **{"corpora": ["recall_zipf", "induction_zipf"], **train})
+    )
+    monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(tmp_path))
+    code = cli.main(["train-dynamics", "--out", str(tmp_path / "out"), "--no-figures", *argv])
+    assert code == 2
+    assert field in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_criteria_are_refused(tmp_path, monkeypatch):
+    bad = dataclasses.replace(TINY, criteria=dataclasses.replace(TINY.criteria, drift_cos=1.5))
+    (tmp_path / "train_dynamics.toml").write_text(_toml(bad))
+    monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"criteria\.drift_cos: 1\.5 is outside"):
+        config.load()

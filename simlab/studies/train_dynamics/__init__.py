@@ -3,14 +3,19 @@
 Godey, de la Clergerie & Sagot (EACL 2024, arXiv 2401.12143), section on training: in trained
 language models the mean query mq and the mean key mk drift away from the origin along
 nearly parallel (or anti-parallel) directions, |mq . mk| grows, and attention gets sharper.
-Here a small decoder is trained from scratch on a synthetic corpus (`corpus`) and the
+Here a small decoder is trained from scratch, with several seeds, on each corpus of
+`corpus.CORPORA` (tasks that need attention, recall and induction, in a long-tailed and a
+uniform variant; bytes of real text; first-order Markov chains that need none), and the
 statistics are tracked at log-spaced checkpoints on a fixed held-out batch; then the measured
 statistics are fed as knobs into the untrained lab (simlab.core.lab.Lab) to see whether an
-untrained block with the same scale and shift reproduces the trained attention entropy.
+untrained block with the same scale and shift reproduces the trained attention entropy. The
+verdicts (attention used, drift, sharpening, the lab predicts) are computed from the numbers
+against config.Criteria (docs/training.md, "Verdicts: the criteria").
 
-Model: token embedding + learned positions, `depth` pre-LN causal blocks computed by
-simlab.core.block.stack_apply (the same pure functions, params layout and init as the lab; knobs at
-their defaults), final LayerNorm, untied unembedding; AdamW with warm-up + cosine decay.
+Model: token embedding + learned positions (initialised as sinusoids), `depth` pre-LN causal
+blocks computed by simlab.core.block.stack_apply (the same pure functions, params layout and
+init as the lab; knobs at their defaults), final LayerNorm, untied unembedding; AdamW with
+warm-up + cosine decay.
 
 Tracked, per layer l and head h, from the RAW projections q = LN1(x) W_Q + b_Q, k likewise
 (over all B*T held-out tokens; mq, mk the means, q~ = q - mq):
@@ -23,15 +28,20 @@ Tracked, per layer l and head h, from the RAW projections q = LN1(x) W_Q + b_Q, 
 per layer: input_cos, input_cos_within (anisotropy of the layer input,
   simlab.core.metrics.anisotropy), out_cos, out_cos_within (of the layer output = hidden
   state), attn_input_corr (mean within-sequence cosine of the globally centred LN1(x));
-per step: loss (held-out next-token cross-entropy, nats).
+per step: loss (held-out next-token cross-entropy, nats); per seed: meta["final_loss"], the
+held-out loss of the final weights on `final_eval_batch` further held-out sequences.
 
 Result file (simlab.load): axes (step, layer, head) and every metric has shape
 (step, layer, head, seed): a metric that does not depend on head (or layer) has size 1 there
-(broadcastable); meta["dims"][name] names the real dims. seed = training seeds (default 1).
+(broadcastable); meta["dims"][name] names the real dims. seed = training seeds: seed s
+draws the weights (fold_in(PRNGKey(seed), s)) and the training data order; the corpus (Markov
+maps, text split) and the held-out data depend on the base seed only.
 
-Modules: config (TrainConfig, sizes from experiments/train_dynamics.toml), corpus (the synthetic
-corpora), model (the decoder, loss, optimiser), stats (what is tracked), loop (training and
-closing the loop), report (summary and figures); `simlab train-dynamics` is defined here.
+Modules: config (TrainConfig, Criteria, from experiments/train_dynamics.toml), corpus (the
+registry of corpora) with zipf (unigram laws), markov, recall, induction, text (one module per
+task), model (the decoder, loss, optimiser), stats (what is tracked), loop (training and
+closing the loop), report (numbers over seeds, verdicts, figures); `simlab train-dynamics` is
+defined here.
 """
 
 from __future__ import annotations
@@ -43,12 +53,23 @@ import time
 from pathlib import Path
 
 from simlab.engine import results
-from simlab.errors import ConfigError
+from simlab.studies.train_dynamics import corpus
 from simlab.studies.train_dynamics.config import TrainConfig, load
 from simlab.studies.train_dynamics.loop import run
-from simlab.studies.train_dynamics.report import format_summary, make_figures, summarize
+from simlab.studies.train_dynamics.report import (
+    format_overall,
+    format_summary,
+    make_figures,
+    overall,
+    summarize,
+)
 
-__all__ = ["TrainConfig", "load", "run", "summarize", "format_summary", "make_figures"]
+__all__ = ["TrainConfig", "load", "run", "summarize", "overall", "format_summary", "make_figures"]
+
+# --corpus takes corpus names, task names (every corpus of that task) and "all" (every corpus)
+GROUPS = {"all": tuple(corpus.CORPORA)} | {
+    t: tuple(n for n, (task, _) in corpus.CORPORA.items() if task == t) for t in corpus.TASKS
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,13 +77,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="small model, few steps (about 20 s on 2 CPU cores)",
+        help="small model, few steps (about 1 min on 2 CPU cores)",
     )
     parser.add_argument(
         "--corpus",
-        choices=("zipf", "uniform", "both"),
-        default="both",
-        help="synthetic corpus (default: both)",
+        nargs="+",
+        choices=tuple(corpus.CORPORA) + tuple(g for g in GROUPS if g not in corpus.CORPORA),
+        default=None,
+        metavar="CORPUS",
+        help="corpora to run: names ("
+        + ", ".join(corpus.CORPORA)
+        + "), a task ("
+        + ", ".join(corpus.TASKS)
+        + ") or all (default: train.corpora of the experiment TOML)",
     )
     parser.add_argument(
         "--out",
@@ -73,11 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--figures",
         default=None,
-        help="figure directory (default: figures/ for a full run, OUT/figures for --quick)",
+        help="figure directory (default: figures/ for a full run, figures/quick/ for --quick)",
     )
     parser.add_argument("--no-figures", action="store_true", help="write no figures")
     parser.add_argument("--steps", type=int, default=None, help="override the number of steps")
-    parser.add_argument("--seeds", type=int, default=None, help="training seeds (default 1)")
+    parser.add_argument("--seeds", type=int, default=None, help="training seeds (default 3)")
     parser.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -87,31 +114,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def selected(cfg: TrainConfig, names) -> tuple[str, ...]:
+    """The corpora to run: cfg.corpora, or the names/groups given, in CORPORA order."""
+    if not names:
+        return cfg.corpora
+    chosen = {n for g in names for n in GROUPS.get(g, (g,))}
+    return tuple(n for n in corpus.CORPORA if n in chosen)
+
+
 def cli_main(args) -> int:
-    """Train on each corpus, save results, print the summary, draw the figures."""
-    overrides = {}
-    for name in ("steps", "seeds", "seed"):
-        v = getattr(args, name)
-        if v is not None:
-            if v < (0 if name == "seed" else 1):
-                raise ConfigError(f"train-dynamics.{name}: {v} is too small")
-            overrides[name] = v
+    """Check everything, build each corpus, then train on each, save results, print the
+    summaries and the overall verdict, draw the figures."""
+    overrides = {
+        n: getattr(args, n) for n in ("steps", "seeds", "seed") if getattr(args, n) is not None
+    }
     cfg = load(args.quick, overrides)
     from simlab.engine.store import check_writable
 
     out = check_writable(
         args.out or ("runs/train-dynamics-quick" if args.quick else "runs/train-dynamics"), "--out"
     )
-    corpora = ("zipf", "uniform") if args.corpus == "both" else (args.corpus,)
+    names = selected(cfg, args.corpus)
+    cfgs = {n: dataclasses.replace(cfg, corpus=n) for n in names}
+    if args.plot_only:
+        for n in names:
+            results.load(out / n)  # a missing run is a ResultsError before anything is written
+    else:
+        for c in cfgs.values():  # builds every corpus (text: reads the stdlib) before training
+            corpus.floors(c.corpus_spec(), c.context + 1)
     t0, runs, summary = time.perf_counter(), {}, {}
-    for name in corpora:
-        runs[name] = (
-            results.load(out / name)
-            if args.plot_only
-            else run(dataclasses.replace(cfg, corpus=name), out / name, args.quiet)
-        )
-        summary[name] = summarize(runs[name])
-        print(format_summary(name, summary[name]), flush=True)
+    for n in names:
+        runs[n] = results.load(out / n) if args.plot_only else run(cfgs[n], out / n, args.quiet)
+        summary[n] = summarize(runs[n])
+        print(format_summary(n, summary[n]), flush=True)
+    summary["overall"] = overall({n: summary[n] for n in names})
+    print(format_overall(summary["overall"]))
     old = out / "summary.json"
     summary["wall_time_s"] = (
         json.loads(old.read_text()).get("wall_time_s")
@@ -123,7 +160,7 @@ def cli_main(args) -> int:
         fig_dir = (
             Path(args.figures)
             if args.figures
-            else (out / "figures" if args.quick else Path("figures"))
+            else (Path("figures/quick") if args.quick else Path("figures"))
         )
         for p in make_figures(runs, fig_dir):
             print(f"figure: {p}")

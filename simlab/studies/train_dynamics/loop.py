@@ -1,5 +1,7 @@
 """Training (one corpus, `cfg.seeds` seeds, statistics at log-spaced checkpoints on a fixed
-held-out batch) and closing the loop: the untrained lab fed the measured scale and shift.
+held-out batch, the final held-out loss on `final_eval_batch` more sequences) and closing the
+loop: the untrained lab fed the measured scale and shift (docs/training.md, "Closing the
+loop").
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import InputSpec
 from simlab.engine import results
 from simlab.studies.train_dynamics import corpus
-from simlab.studies.train_dynamics.config import TrainConfig
+from simlab.studies.train_dynamics.config import Criteria, TrainConfig
 from simlab.studies.train_dynamics.model import Decoder, next_token_loss, optimizer
 from simlab.studies.train_dynamics.stats import _masked_row_std, layer_stats, logit_parts
 
@@ -34,10 +36,17 @@ def _shapes_only(cfg: TrainConfig) -> TrainConfig:
     """cfg without the fields that do not change what is compiled (so corpora share it)."""
     return dataclasses.replace(
         cfg,
+        vocab=cfg.model_vocab,
         corpus="zipf",
+        corpora=("zipf",),
         zipf_s=1.0,
         branches=1,
         noise=0.0,
+        pairs=1,
+        period_min=2,
+        period_max=2,
+        text_heldout=0.5,
+        criteria=Criteria(),
         seeds=1,
         seed=0,
         lab_seeds=1,
@@ -47,7 +56,8 @@ def _shapes_only(cfg: TrainConfig) -> TrainConfig:
 
 
 def compiled(cfg: TrainConfig):
-    """(model, optimizer, jitted init, jitted train step, jitted evaluation) for cfg's sizes."""
+    """(model, optimizer, jitted init, jitted train step, jitted evaluation of the tracked
+    statistics, jitted held-out loss) for cfg's sizes."""
     return _compiled(_shapes_only(cfg))
 
 
@@ -71,6 +81,10 @@ def _compiled(cfg: TrainConfig):
         return optax.apply_updates(params, updates), opt_state, loss
 
     @jax.jit
+    def held_out_loss(params, ids_BT1):
+        return next_token_loss(model.apply(params, ids_BT1[:, :-1])[0], ids_BT1[:, 1:])
+
+    @jax.jit
     def evaluate(params, ids_BT1):
         logits, layers = model.apply(params, ids_BT1[:, :-1], observe=lambda l: l)
         blocks = params["params"]["blocks"]
@@ -78,7 +92,7 @@ def _compiled(cfg: TrainConfig):
         stats["loss"] = next_token_loss(logits, ids_BT1[:, 1:])
         return stats
 
-    return model, tx, init, train_step, evaluate
+    return model, tx, init, train_step, evaluate, held_out_loss
 
 
 def checkpoint_steps(steps: int, n: int) -> np.ndarray:
@@ -91,17 +105,33 @@ def checkpoint_steps(steps: int, n: int) -> np.ndarray:
 
 
 def _rngs(cfg: TrainConfig, s: int):
-    """Training-data and held-out generators of training seed s (independent streams)."""
-    return (np.random.default_rng([cfg.seed, s, 1]), np.random.default_rng([cfg.seed, 2]))
+    """Training-data generator of training seed s, and the generators of the tracked held-out
+    batch and of the final held-out sequences (shared by all seeds; independent streams)."""
+    return (
+        np.random.default_rng([cfg.seed, s, 1]),
+        np.random.default_rng([cfg.seed, 2]),
+        np.random.default_rng([cfg.seed, 3]),
+    )
 
 
-def train_one(cfg: TrainConfig, s: int, progress=None) -> tuple[dict, np.ndarray, dict]:
+def held_out(cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(the fixed held-out batch of the tracked statistics, the final held-out sequences):
+    (eval_batch | final_eval_batch, context + 1) ids from the held-out split."""
+    cs, (_, r_eval, r_final) = cfg.corpus_spec(), _rngs(cfg, 0)
+    return (
+        corpus.sample(cs, cfg.eval_batch, cfg.context + 1, r_eval, "heldout"),
+        corpus.sample(cs, cfg.final_eval_batch, cfg.context + 1, r_final, "heldout"),
+    )
+
+
+def train_one(cfg: TrainConfig, s: int, progress=None) -> tuple[dict, np.ndarray, dict, float]:
     """Train seed s; return (stats at the checkpoints, stacked over steps, as numpy; the
-    training loss at every step; the final parameters)."""
-    _, _, init, train_step, evaluate = compiled(cfg)
+    training loss at every step; the final parameters; the final held-out loss on the
+    final_eval_batch sequences)."""
+    _, _, init, train_step, evaluate, held_out_loss = compiled(cfg)
     cs = cfg.corpus_spec()
-    rng_train, rng_eval = _rngs(cfg, s)
-    held = jnp.asarray(corpus.sample(cs, cfg.eval_batch, cfg.context + 1, rng_eval))
+    rng_train = _rngs(cfg, s)[0]
+    held, final_ids = (jnp.asarray(a) for a in held_out(cfg))
     data = corpus.sample(cs, cfg.steps * cfg.batch, cfg.context + 1, rng_train)
     data = data.reshape(cfg.steps, cfg.batch, cfg.context + 1)
     params, opt_state = init(jax.random.fold_in(jax.random.PRNGKey(cfg.seed), s))
@@ -116,7 +146,8 @@ def train_one(cfg: TrainConfig, s: int, progress=None) -> tuple[dict, np.ndarray
         if progress is not None:
             progress.update(1)
     stacked = {k: np.stack([st[k] for st in stats]) for k in stats[0]}
-    return stacked, np.asarray(jax.device_get(losses)), params
+    final = float(held_out_loss(params, final_ids))
+    return stacked, np.asarray(jax.device_get(losses)), params, final
 
 
 def flat_params(params) -> dict[str, np.ndarray]:
@@ -233,13 +264,15 @@ def run(cfg: TrainConfig, out_dir=None, quiet: bool = False) -> results.Results:
 
     t0 = time.perf_counter()
     cs = cfg.corpus_spec()
-    per_seed, train_losses, finals = [], [], []
+    floors = corpus.floors(cs, cfg.context + 1)
+    per_seed, train_losses, finals, final_losses = [], [], [], []
     with tqdm(total=cfg.steps * cfg.seeds, desc=f"train {cfg.corpus}", disable=quiet) as bar:
         for s in range(cfg.seeds):
-            st, tl, params = train_one(cfg, s, bar)
+            st, tl, params, fl = train_one(cfg, s, bar)
             per_seed.append(st)
             train_losses.append(tl)
             finals.append(params)
+            final_losses.append(fl)
     t_train = time.perf_counter() - t0
     for st in per_seed:
         st.update(close_loop(cfg, st))
@@ -260,7 +293,7 @@ def run(cfg: TrainConfig, out_dir=None, quiet: bool = False) -> results.Results:
     meta = {
         "kind": "train-dynamics",
         "config": dataclasses.asdict(cfg),
-        "corpus": {**dataclasses.asdict(cs), **corpus.entropies(cs)},
+        "corpus": {**dataclasses.asdict(cs), "task": cs.task, "law": cs.law, **floors},
         "axes": [
             {"name": "step", "knobs": [], "space": "log", "values": steps.tolist()},
             {"name": "layer", "knobs": [], "space": "values", "values": list(range(cfg.depth))},
@@ -272,6 +305,7 @@ def run(cfg: TrainConfig, out_dir=None, quiet: bool = False) -> results.Results:
         "(the metric does not depend on it); dims[name] lists the real dims",
         "loop_steps": steps[loop_indices(steps, cfg.loop_checkpoints)].tolist(),
         "train_loss": np.stack(train_losses).tolist(),
+        "final_loss": final_losses,
         "versions": results.versions("flax", "optax"),
         "train_time_s": t_train,
         "loop_time_s": t_loop,

@@ -20,6 +20,21 @@ if TYPE_CHECKING:
     from simlab.studies.train_dynamics.config import TrainConfig
 
 
+def sinusoidal_init(std: float):
+    """Positions initialised as the sinusoids of Vaswani et al. (2017), scaled to entries of
+    RMS std: P[t, 2i] = sin(t w_i), P[t, 2i + 1] = cos(t w_i), w_i = 10000^(-2i / d). A
+    relative offset is then a fixed rotation of each (sin, cos) pair, which a head can learn."""
+
+    def init(key, shape, dtype=jnp.float32):
+        t, d = shape
+        w = 10000.0 ** (-jnp.arange(0, d, 2) / d)
+        ang_TI = jnp.arange(t)[:, None] * w[None, : d // 2 + d % 2]
+        p = jnp.stack([jnp.sin(ang_TI), jnp.cos(ang_TI)], -1).reshape(t, -1)[:, :d]
+        return (std * jnp.sqrt(2.0) * p).astype(dtype)
+
+    return init
+
+
 class Decoder(nn.Module):
     """Decoder-only Transformer whose blocks are simlab.core.block.stack_apply (pure functions)."""
 
@@ -32,7 +47,7 @@ class Decoder(nn.Module):
         s, d = self.spec, self.spec.d_model
         normal = nn.initializers.normal(0.02)
         embed = self.param("embed", normal, (self.vocab, d))
-        pos = self.param("pos", normal, (self.context, d))
+        pos = self.param("pos", sinusoidal_init(0.02), (self.context, d))
         blocks = self.param("blocks", lambda key: init_params(s, key))
         lnf_g = self.param("lnf_g", nn.initializers.ones, (d,))
         lnf_b = self.param("lnf_b", nn.initializers.zeros, (d,))

@@ -1,4 +1,6 @@
-"""The report of a training-dynamics run: summary numbers, the printed table, the figures."""
+"""The report of a training-dynamics run: per-corpus numbers over seeds (mean, std and the
+per-seed values), the verdicts computed against the declared criteria (config.Criteria;
+docs/training.md, "Verdicts: the criteria"), the printed table and the figures."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import numpy as np
 
 from simlab.engine.results import Results
 from simlab.studies.train_dynamics.loop import TABLE_FRACTIONS
-from simlab.studies.train_dynamics.stats import PER_HEAD, PER_LAYER
 
 
 def table_steps(res: Results) -> list[int]:
@@ -17,274 +18,413 @@ def table_steps(res: Results) -> list[int]:
     return sorted({int(steps[np.argmin(np.abs(steps - f * steps[-1]))]) for f in TABLE_FRACTIONS})
 
 
-def summarize(res: Results) -> dict:
-    """Numbers for the report: per layer at the first and the last checkpoint (head mean and
-    [min, max] over heads, seed mean), the loss, and the closing-the-loop table."""
-    steps, out = res.axes["step"], {}
-    m = {n: res.mean(n) for n in res.metrics}  # (step, layer|1, head|1)
-    out["loss"] = {
-        "first": float(m["loss"][0, 0, 0]),
-        "last": float(m["loss"][-1, 0, 0]),
-        "floor": res.meta["corpus"]["conditional_entropy"],
-        "unigram_entropy": res.meta["corpus"]["unigram_entropy"],
-    }
-    per = {}
-    for name in PER_HEAD + PER_LAYER:
-        x = m[name]
-        per[name] = {
-            when: [
-                {
-                    "mean": float(x[i, l].mean()),
-                    "min": float(x[i, l].min()),
-                    "max": float(x[i, l].max()),
-                }
-                for l in range(x.shape[1])
-            ]
-            for when, i in (("first", 0), ("last", -1))
+def over_seeds(x) -> dict:
+    """{"mean", "std" (ddof 1; 0 for one seed), "seeds": the per-seed values}."""
+    x = np.asarray(x, np.float64).ravel()
+    std = float(np.std(x, ddof=1)) if len(x) > 1 else 0.0
+    return {"mean": float(np.mean(x)), "std": std, "seeds": x.tolist()}
+
+
+def count_verdict(flags) -> dict:
+    """{"seeds": how many seeds meet the criterion, "of": seeds, "verdict": "yes" (all),
+    "no" (none) or "inconsistent"}."""
+    flags = [bool(f) for f in flags]
+    k, n = sum(flags), len(flags)
+    return {"seeds": k, "of": n, "verdict": "yes" if k == n else "no" if k == 0 else "inconsistent"}
+
+
+def head_mean(res: Results, name: str, i: int, layer: int) -> np.ndarray:
+    """(seed,) head mean of metric `name` at checkpoint index i and `layer`."""
+    return res[name][i, layer].mean(0)
+
+
+def per_layer(res: Results) -> list[dict]:
+    """Per layer, over seeds: the drift and sharpening statistics at step 0 and the end."""
+    out = []
+    for l in range(res["attn_entropy"].shape[1]):
+        dot0, dot1 = head_mean(res, "qk_mean_dot", 0, l), head_mean(res, "qk_mean_dot", -1, l)
+        abs_cos = np.abs(res["qk_mean_cos"][-1, l]).mean(0)
+        ent = res["attn_entropy"][:, l].mean(1)  # (step, seed) head mean
+        share = res["shift_logit_std"][-1, l] ** 2 / np.maximum(res["logit_std"][-1, l] ** 2, 1e-30)
+        row = {
+            "qk_mean_dot_first": over_seeds(dot0),
+            "qk_mean_dot_last": over_seeds(dot1),
+            "qk_mean_dot_growth": over_seeds(dot1 / np.maximum(dot0, 1e-30)),
+            "abs_qk_mean_cos_last": over_seeds(abs_cos),
+            "entropy_last": over_seeds(ent[-1]),
+            "entropy_min_over_run": over_seeds(ent.min(0)),
+            "entropy_sharpest_head_last": over_seeds(res["attn_entropy"][-1, l].min(0)),
+            "shift_share_last": over_seeds(share.mean(0)),
         }
-    a = np.abs(m["qk_mean_cos"])
-    per["abs_qk_mean_cos"] = {
-        when: [
-            {
-                "mean": float(a[i, l].mean()),
-                "min": float(a[i, l].min()),
-                "max": float(a[i, l].max()),
-            }
-            for l in range(a.shape[1])
-        ]
-        for when, i in (("first", 0), ("last", -1))
-    }
-    out["layers"] = per
-    share = m["shift_logit_std"] ** 2 / np.maximum(m["logit_std"] ** 2, 1e-30)
-    out["shift_share_last"] = [float(v) for v in share[-1].mean(-1)]
-    out["loop"] = []
-    for s in table_steps(res):
-        i = int(np.argmin(np.abs(steps - s)))
-        for l in range(m["attn_entropy"].shape[1]):
-            row = {"step": s, "layer": l}
-            for n in (
-                "attn_entropy",
-                "lab_entropy_norms",
-                "lab_entropy_aligned",
-                "token_logit_std",
-                "lab_token_logit_std",
-                "shift_logit_std",
-                "q_mean_norm",
-                "q_rms",
-            ):
-                row[n] = float(m[n][i, l].mean())
-            row["attn_input_corr"] = float(m["attn_input_corr"][i, l, 0])
-            out["loop"].append(row)
+        for n in ("q_mean_norm", "k_mean_norm", "q_rms"):
+            row[f"{n}_first"] = over_seeds(head_mean(res, n, 0, l))
+            row[f"{n}_last"] = over_seeds(head_mean(res, n, -1, l))
+        for n in ("out_cos", "out_cos_within"):
+            row[f"{n}_first"] = over_seeds(res[n][0, l, 0])
+            row[f"{n}_last"] = over_seeds(res[n][-1, l, 0])
+            row[f"{n}_max_over_run"] = over_seeds(res[n][:, l, 0].max(0))
+        out.append(row)
     return out
 
 
+def loop_table(res: Results, tol: float) -> list[dict]:
+    """Per table checkpoint and layer: measured and lab entropies (head means) over seeds, the
+    errors lab - measured, and whether the lab predicts the cell (|error| <= tol, every seed)."""
+    steps, rows = res.axes["step"], []
+    for s in table_steps(res):
+        i = int(np.argmin(np.abs(steps - s)))
+        for l in range(res["attn_entropy"].shape[1]):
+            meas = head_mean(res, "attn_entropy", i, l)
+            row = {"step": s, "layer": l, "measured": over_seeds(meas)}
+            for n in ("lab_entropy_norms", "lab_entropy_aligned"):
+                lab = head_mean(res, n, i, l)
+                row[n] = over_seeds(lab)
+                row[f"error_{n.split('_')[-1]}"] = over_seeds(lab - meas)
+            row["token_logit_std"] = over_seeds(head_mean(res, "token_logit_std", i, l))
+            row["lab_token_logit_std"] = over_seeds(head_mean(res, "lab_token_logit_std", i, l))
+            row["predicts"] = bool(np.all(np.abs(row["error_norms"]["seeds"]) <= tol))
+            rows.append(row)
+    return rows
+
+
+def head_flags(res: Results, crit: dict) -> dict[str, np.ndarray]:
+    """Per (layer, head, seed), the criteria of config.Criteria: "drift" (|mq . mk| grown by
+    >= drift_growth x since step 0 and |cos(mq, mk)| >= drift_cos at the end), "sharp" (final
+    normalised entropy <= sharp_entropy) and "both"."""
+    dot, cos = res["qk_mean_dot"], np.abs(res["qk_mean_cos"][-1])
+    drift = (dot[-1] >= crit["drift_growth"] * dot[0]) & (cos >= crit["drift_cos"])
+    sharp = res["attn_entropy"][-1] <= crit["sharp_entropy"]
+    return {"drift": drift, "sharp": sharp, "both": drift & sharp}
+
+
+def summarize(res: Results) -> dict:
+    """Everything the report states about one corpus, with the verdicts computed against
+    meta["config"]["criteria"] (config.Criteria): a seed shows drift (sharpening) when one of
+    its heads does; the counts of such heads are reported per seed."""
+    cfg, c = res.meta["config"], res.meta["corpus"]
+    crit = cfg["criteria"]
+    final = np.asarray(res.meta["final_loss"], np.float64)
+    layers = per_layer(res)
+    flags = head_flags(res, crit)
+    heads = {k: over_seeds(v.sum((0, 1))) for k, v in flags.items()}
+    loop = loop_table(res, crit["loop_tolerance"])
+    return {
+        "corpus": {k: v for k, v in c.items()},
+        "sizes": {
+            k: cfg[k] for k in ("d_model", "depth", "n_heads", "context", "batch", "steps", "seeds")
+        },
+        "loss": {
+            "first": over_seeds(res["loss"][0, 0, 0]),
+            "last_tracked": over_seeds(res["loss"][-1, 0, 0]),
+            "final": over_seeds(final),
+            "below_context_free": over_seeds(c["context_free_loss"] - final),
+            "above_floor": None if c["loss_floor"] is None else over_seeds(final - c["loss_floor"]),
+        },
+        "layers": layers,
+        "n_heads": cfg["n_heads"],
+        "heads": heads,
+        "verdicts": {
+            "attention_used": count_verdict(
+                final < c["context_free_loss"] - crit["attention_margin"]
+            ),
+            "drift": count_verdict(flags["drift"].any((0, 1))),
+            "sharpening": count_verdict(flags["sharp"].any((0, 1))),
+            "drift_and_sharpening_in_one_head": count_verdict(flags["both"].any((0, 1))),
+            "lab_predicts": {"cells": sum(r["predicts"] for r in loop), "of": len(loop)},
+        },
+        "criteria": crit,
+        "loop": loop,
+        "train_time_s": res.meta.get("train_time_s"),
+        "loop_time_s": res.meta.get("loop_time_s"),
+    }
+
+
+PROPERTIES = ("drift", "sharpening")
+
+
+def overall(summaries: dict[str, dict]) -> dict:
+    """The study's verdict on "drift and sharpening are not only a product of long-tailed
+    cross-entropy" (docs/training.md, "Verdicts: the criteria"). Per property P (drift,
+    sharpening), over the corpora with a uniform unigram law whose model uses attention:
+      "supported"      one of them shows P in every seed;
+      "not supported"  none does, but the Zipf variant of one of their tasks (its model using
+                       attention too) does: P came with the long-tailed law only;
+      "undecided"      otherwise (no uniform corpus uses attention, or P shows in neither
+                       variant).
+    The claim is "supported" when both properties are, "not supported" when either is not,
+    "partly supported" when one is supported and the other undecided, else "undecided". The
+    text corpus (bytes) is reported beside it."""
+
+    def yes(s, k):
+        return s["verdicts"][k]["verdict"] == "yes"
+
+    def used(law):
+        return {
+            s["corpus"]["task"]: n
+            for n, s in summaries.items()
+            if s["corpus"]["law"] == law and yes(s, "attention_used")
+        }
+
+    uniform, zipf = used("uniform"), used("zipf")
+    parts = {}
+    for prop in PROPERTIES:
+        shown = [n for n in uniform.values() if yes(summaries[n], prop)]
+        twins = [zipf[t] for t in uniform if t in zipf and yes(summaries[zipf[t]], prop)]
+        parts[prop] = {
+            "verdict": "supported" if shown else "not supported" if twins else "undecided",
+            "uniform_corpora_showing_it": shown,
+            "zipf_twins_showing_it": twins,
+        }
+    v = [parts[p]["verdict"] for p in PROPERTIES]
+    if all(x == "supported" for x in v):
+        verdict = "supported"
+    elif "not supported" in v:
+        verdict = "not supported"
+    elif "supported" in v:
+        verdict = "partly supported"
+    else:
+        verdict = "undecided"
+    rows = {
+        n: {k: s["verdicts"][k]["verdict"] for k in ("attention_used", *PROPERTIES)}
+        for n, s in summaries.items()
+    }
+    return {
+        "not_only_long_tailed": verdict,
+        "by_property": parts,
+        "uniform_corpora_using_attention": list(uniform.values()),
+        "verdicts": rows,
+    }
+
+
+def _pm(d: dict, fmt: str = ".3f") -> str:
+    return f"{d['mean']:{fmt}} +- {d['std']:{fmt}}"
+
+
 def format_summary(name: str, s: dict) -> str:
+    c, z, v = s["corpus"], s["sizes"], s["verdicts"]
+    floor = "unknown" if c["loss_floor"] is None else f"{c['loss_floor']:.3f}"
     lines = [
-        f"[{name}] held-out loss {s['loss']['first']:.3f} -> {s['loss']['last']:.3f} nats "
-        f"(Markov floor {s['loss']['floor']:.3f}, unigram entropy "
-        f"{s['loss']['unigram_entropy']:.3f})"
+        f"[{name}] d_model {z['d_model']}, depth {z['depth']}, context {z['context']}, "
+        f"{z['steps']} steps, {z['seeds']} seeds: held-out loss at step 0 "
+        f"{_pm(s['loss']['first'])}, final {_pm(s['loss']['final'])} nats "
+        f"(floor {floor}, context-free {c['context_free_loss']:.3f}, unigram entropy "
+        f"{c['unigram_entropy']:.3f})",
+        f"  attention used: {v['attention_used']['verdict']} "
+        f"({v['attention_used']['seeds']}/{v['attention_used']['of']} seeds; "
+        f"{_pm(s['loss']['below_context_free'])} nats below context-free)   drift: "
+        f"{v['drift']['verdict']} ({v['drift']['seeds']}/{v['drift']['of']})   sharpening: "
+        f"{v['sharpening']['verdict']} ({v['sharpening']['seeds']}/{v['sharpening']['of']})"
+        f"   lab predicts {v['lab_predicts']['cells']}/{v['lab_predicts']['of']} cells",
+        f"  heads (of {z['depth'] * s['n_heads']}) drifting {_pm(s['heads']['drift'], '.1f')}, "
+        f"sharp {_pm(s['heads']['sharp'], '.1f')}, both {_pm(s['heads']['both'], '.1f')}",
     ]
-    lay = s["layers"]
-    for l in range(len(lay["attn_entropy"]["last"])):
-        f = {n: lay[n]["first"][l]["mean"] for n in lay}
-        t = {n: lay[n]["last"][l]["mean"] for n in lay}
+    for l, r in enumerate(s["layers"]):
         lines.append(
-            f"  layer {l}: |mq| {f['q_mean_norm']:.2f}->{t['q_mean_norm']:.2f}  |mk| "
-            f"{f['k_mean_norm']:.2f}->{t['k_mean_norm']:.2f}  "
-            f"|cos(mq,mk)| {t['abs_qk_mean_cos']:.2f} "
-            f"(cos per head in [{lay['qk_mean_cos']['last'][l]['min']:+.2f},"
-            f"{lay['qk_mean_cos']['last'][l]['max']:+.2f}])"
-            f"  |mq.mk| {f['qk_mean_dot']:.3f}->{t['qk_mean_dot']:.2f}  entropy "
-            f"{f['attn_entropy']:.2f}->{t['attn_entropy']:.2f}  anisotropy(out) "
-            f"{f['out_cos']:.2f}->{t['out_cos']:.2f} (within {t['out_cos_within']:.2f})  "
-            f"shared share of logit var {s['shift_share_last'][l]:.2f}"
+            f"  layer {l}: |mq.mk| {_pm(r['qk_mean_dot_first'], '.3g')} -> "
+            f"{_pm(r['qk_mean_dot_last'], '.3g')} (x {_pm(r['qk_mean_dot_growth'], '.3g')})  "
+            f"|cos| {_pm(r['abs_qk_mean_cos_last'], '.2f')}  entropy "
+            f"{_pm(r['entropy_last'], '.3f')} (sharpest head "
+            f"{_pm(r['entropy_sharpest_head_last'], '.3f')})"
+            f"  anisotropy {_pm(r['out_cos_first'], '.2f')} -> {_pm(r['out_cos_last'], '.2f')}"
         )
     lines.append(
-        "  closing the loop (head means): step layer  measured  lab[norms]  lab[aligned]"
-        "  token-logit-std measured/lab"
+        "  closing the loop:  step layer  measured (mean +- std over seeds)  lab[norms]  "
+        "error  lab[aligned]  predicts"
     )
     for r in s["loop"]:
         lines.append(
-            f"    {r['step']:5d} {r['layer']:3d}     {r['attn_entropy']:.3f}     "
-            f"{r['lab_entropy_norms']:.3f}       {r['lab_entropy_aligned']:.3f}        "
-            f"{r['token_logit_std']:.3f}/{r['lab_token_logit_std']:.3f}"
+            f"    {r['step']:5d} {r['layer']:3d}  {_pm(r['measured'])}  "
+            f"{_pm(r['lab_entropy_norms'])}  {r['error_norms']['mean']:+.3f}  "
+            f"{_pm(r['lab_entropy_aligned'])}  {'yes' if r['predicts'] else 'no'}"
         )
     return "\n".join(lines)
 
 
-COLORS = {"zipf": "tab:blue", "uniform": "tab:orange"}
+def format_overall(o: dict) -> str:
+    parts = "; ".join(
+        f"{p}: {d['verdict']} (uniform corpora showing it: "
+        f"{', '.join(d['uniform_corpora_showing_it']) or 'none'}; Zipf twins: "
+        f"{', '.join(d['zipf_twins_showing_it']) or 'none'})"
+        for p, d in o["by_property"].items()
+    )
+    return (
+        f"'not only long-tailed': {o['not_only_long_tailed']} (uniform corpora using attention: "
+        f"{', '.join(o['uniform_corpora_using_attention']) or 'none'}; {parts})"
+    )
 
+
+# ---------------------------------------------------------------- figures
+COLORS = {"zipf": "tab:blue", "uniform": "tab:orange", "bytes": "tab:green"}
 STYLES = ("-", "--", ":", "-.")
+FAMILY_ORDER = ("markov", "recall", "induction", "text")
 
 
-def _plot_line(ax, x, mean, band, label, color, ls, y_label, y_log=False):
-    """One series through simlab.plot.curves (log step axis), restyled; NaN points dropped."""
+def families(runs: dict[str, Results]) -> dict[str, dict[str, Results]]:
+    """task -> {corpus: results}, in FAMILY_ORDER (one figure column each)."""
+    out: dict[str, dict[str, Results]] = {}
+    for task in FAMILY_ORDER:
+        for name, res in runs.items():
+            if res.meta["corpus"]["task"] == task:
+                out.setdefault(task, {})[name] = res
+    return out
+
+
+def _seed_curve(res: Results, metric: str, layer: int, fn=None):
+    """(steps >= 1, seed mean, seed min, seed max) of the head mean of fn(metric array)."""
+    x = res[metric] if fn is None else fn(res)
+    v = x[1:, layer].mean(1)  # (step, seed)
+    return res.axes["step"][1:], v.mean(-1), v.min(-1), v.max(-1)
+
+
+def _plot(ax, res, name, metric, layer, y_label, y_log=False, fn=None, ls=None, what=""):
+    """One layer of one corpus, band = min..max over seeds; NaN points dropped."""
     from simlab.plot import curves
 
-    keep = np.isfinite(mean)
-    if band is not None:
-        band = tuple(b[keep] for b in band)
+    x, m, lo, hi = _seed_curve(res, metric, layer, fn)
+    keep = np.isfinite(m)
     curves(
         x[keep],
-        {label: (mean[keep], band)},
+        {f"{name} L{layer}{what}": (m[keep], (lo[keep], hi[keep]))},
         x_label="training step",
         y_label=y_label,
         x_log=True,
         y_log=y_log,
         ax=ax,
     )
-    ax.get_lines()[-1].set(color=color, linestyle=ls, markersize=2.5)
-    if band is not None:
-        ax.collections[-1].set_color(color)
+    color = COLORS[res.meta["corpus"]["law"]]
+    ax.get_lines()[-1].set(color=color, linestyle=ls or STYLES[layer % 4], markersize=2)
+    ax.collections[-1].set_color(color)
 
 
-def _legend(ax):
-    ax.legend(fontsize=7, framealpha=0.85, handlelength=3.5)
+def _grid(fam, rows, size=(4.4, 3.0)):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(size[0] * len(fam), size[1] * rows), layout="constrained")
+    axs = np.asarray(fig.subplots(rows, len(fam), squeeze=False))
+    return fig, axs
 
 
-def _per_layer_panel(ax, runs, metric, y_label, y_log=False, band=True, fn=None):
-    """Head mean of fn(metric) (seed mean) per corpus and layer, band = [min, max] over heads;
-    step 0 is left out (log axis)."""
-    for name, res in runs.items():
-        x, m = res.axes["step"][1:], res.mean(metric)[1:]
-        m = fn(res)[1:] if fn is not None else m
-        for l in range(m.shape[1]):
-            v = m[:, l]
-            b = (v.min(-1), v.max(-1)) if band and v.shape[-1] > 1 else None
-            _plot_line(
-                ax,
-                x,
-                v.mean(-1),
-                b,
-                f"{name} L{l}",
-                COLORS[name],
-                STYLES[l % len(STYLES)],
-                y_label,
-                y_log,
-            )
-    _legend(ax)
+def _tag(runs: dict[str, Results]) -> str:
+    cfg = next(iter(runs.values())).meta["config"]
+    return (
+        f"d_model {cfg['d_model']}, depth {cfg['depth']}, {cfg['n_heads']} heads, context "
+        f"{cfg['context']}, {cfg['steps']} steps, {cfg['seeds']} seeds; band: min-max over "
+        "seeds"
+    )
+
+
+def _abs_cos(r):
+    return np.abs(r["qk_mean_cos"])
+
+
+def _share(r):
+    return r["shift_logit_std"] ** 2 / np.maximum(r["logit_std"] ** 2, 1e-30)
 
 
 def make_figures(runs: dict[str, Results], fig_dir) -> list[Path]:
-    """train_drift.png, train_entropy_anisotropy.png, train_loop_entropy.png in fig_dir."""
+    """train_drift.png, train_entropy_anisotropy.png, train_loop_entropy.png in fig_dir: one
+    column per corpus family, one line per corpus and layer."""
     from matplotlib.figure import Figure
 
     from simlab.plot import save_figure
 
-    fig_dir, paths = Path(fig_dir), []
-    tag = ", ".join(f"{c}: {r.meta['config']['steps']} steps" for c, r in runs.items())
+    fig_dir, paths, fam = Path(fig_dir), [], families(runs)
 
-    fig = Figure(figsize=(15, 12), layout="constrained")
-    axs = fig.subplots(3, 3)
-    share = lambda r: r.mean("shift_logit_std") ** 2 / np.maximum(r.mean("logit_std") ** 2, 1e-30)  # noqa: E731
     panels = [
-        ("q_mean_norm", "|mean q| (head mean; band: min-max over heads)", True, None),
-        ("k_mean_norm", "|mean k|", True, None),
-        ("qk_mean_dot", "|mean q . mean k|", True, None),
-        ("qk_mean_cos", "|cos(mean q, mean k)|", False, lambda r: np.abs(r.mean("qk_mean_cos"))),
-        ("q_rms", "RMS norm of centred queries |q - mean q|", True, None),
-        ("k_rms", "RMS norm of centred keys |k - mean k|", True, None),
-        ("shift_logit_std", "std over keys of shared logit mq.k_j/sqrt(K)", True, None),
-        ("token_logit_std", "std over keys of token logit (q_i-mq).k_j/sqrt(K)", True, None),
-        ("logit_std", "shared share of logit variance", False, share),
+        ("q_mean_norm", "|mean q| (head mean)", True, None),
+        ("k_mean_norm", "|mean k| (head mean)", True, None),
+        ("qk_mean_dot", "|mean q . mean k| (head mean)", True, None),
+        ("qk_mean_cos", "|cos(mean q, mean k)| (head mean)", False, _abs_cos),
+        ("q_rms", "RMS of centred queries |q - mean q|", True, None),
+        ("logit_std", "shared share of logit variance", False, _share),
     ]
-    for ax, (metric, label, log, fn) in zip(axs.ravel(), panels):
-        _per_layer_panel(ax, runs, metric, label, y_log=log, fn=fn)
+    fig, axs = _grid(fam, len(panels))
+    for j, (task, group) in enumerate(fam.items()):
+        for i, (metric, label, log, fn) in enumerate(panels):
+            for name, res in group.items():
+                for l in range(res["attn_entropy"].shape[1]):
+                    _plot(axs[i, j], res, name, metric, l, label, log, fn)
+            axs[i, j].legend(fontsize=6, framealpha=0.8)
+        axs[0, j].set_title(task, fontsize=11)
     fig.suptitle(
-        f"Mean query/key drift during training ({tag}); held-out batch; "
-        "solid: layer 0, dashed: layer 1"
+        f"Mean query/key drift during training ({_tag(runs)}); solid: layer 0, dashed: layer 1",
+        fontsize=10,
     )
     paths.append(save_figure(fig, fig_dir / "train_drift.png"))
 
-    fig = Figure(figsize=(11, 8.5), layout="constrained")
-    axs = fig.subplots(2, 2)
-    _per_layer_panel(axs[0, 0], runs, "attn_entropy", "attention entropy / log(n_keys)")
-    _per_layer_panel(axs[0, 1], runs, "out_cos", "hidden-state anisotropy (global cos)", band=False)
-    _per_layer_panel(axs[1, 0], runs, "out_cos_within", "anisotropy within sequence", band=False)
-    ax = axs[1, 1]
-    for name, res in runs.items():
-        x = res.axes["step"][1:]
-        _plot_line(
-            ax,
-            x,
-            res.mean("loss")[1:, 0, 0],
-            None,
-            f"{name} held-out loss",
-            COLORS[name],
-            "-",
-            "next-token loss (nats)",
-        )
-        ax.axhline(
-            res.meta["corpus"]["conditional_entropy"],
-            color=COLORS[name],
-            ls=":",
-            lw=1,
-            label=f"{name} Markov floor",
-        )
-        ax.axhline(
-            res.meta["corpus"]["unigram_entropy"],
-            color=COLORS[name],
-            ls="-.",
-            lw=1,
-            label=f"{name} unigram entropy",
-        )
-    _legend(ax)
-    fig.suptitle(f"Attention entropy, anisotropy of layer outputs and loss ({tag})")
+    fig, axs = _grid(fam, 4)
+    for j, (task, group) in enumerate(fam.items()):
+        for name, res in group.items():
+            for l in range(res["attn_entropy"].shape[1]):
+                _plot(axs[0, j], res, name, "attn_entropy", l, "attention entropy / log(n_keys)")
+                _plot(axs[1, j], res, name, "out_cos", l, "hidden-state anisotropy (global cos)")
+                _plot(axs[2, j], res, name, "out_cos_within", l, "anisotropy within sequence")
+            _plot(axs[3, j], res, name, "loss", 0, "held-out loss (nats)", ls="-")
+            axs[3, j].get_lines()[-1].set_label(f"{name} loss")
+            c, color = res.meta["corpus"], COLORS[res.meta["corpus"]["law"]]
+            axs[3, j].axhline(
+                c["context_free_loss"], color=color, ls="-.", lw=1, label=f"{name} context-free"
+            )
+            if c["loss_floor"] is not None:
+                axs[3, j].axhline(c["loss_floor"], color=color, ls=":", lw=1, label=f"{name} floor")
+        for i in range(4):
+            axs[i, j].legend(fontsize=6, framealpha=0.8)
+        axs[0, j].set_title(task, fontsize=11)
+    title = (
+        f"Attention entropy, anisotropy of layer outputs, loss ({_tag(runs)}); solid: layer 0, "
+        "dashed: layer 1"
+    )
+    fig.suptitle(title, fontsize=10)
     paths.append(save_figure(fig, fig_dir / "train_entropy_anisotropy.png"))
 
-    fig = Figure(figsize=(5 * (len(runs) + 1), 4.8), layout="constrained")
-    axs = fig.subplots(1, len(runs) + 1)
-    for ax, (name, res) in zip(axs, runs.items()):
-        x = res.axes["step"][1:]
-        for l in range(res.metrics["attn_entropy"].shape[1]):
-            for metric, ls, what in (
-                ("attn_entropy", "-", "measured"),
-                ("lab_entropy_norms", "--", "lab [norms]"),
-                ("lab_entropy_aligned", ":", "lab [aligned]"),
-            ):
-                _plot_line(
-                    ax,
-                    x,
-                    res.mean(metric)[1:, l].mean(-1),
-                    None,
-                    f"L{l} {what}",
-                    f"C{l}",
-                    ls,
-                    "attention entropy (head mean)",
-                )
-        ax.set_title(
-            f"{name}: trained (solid) vs untrained lab block with the measured scale/shift",
-            fontsize=9,
-        )
-        _legend(ax)
-    ax = axs[-1]
-    for name, res in runs.items():
-        steps = res.axes["step"]
-        for j, s in enumerate(table_steps(res)):
-            i = int(np.argmin(np.abs(steps - s)))
-            meas = res.mean("attn_entropy")[i].ravel()
-            for metric, mk in (("lab_entropy_norms", "o"), ("lab_entropy_aligned", "^")):
+    n_layers = next(iter(runs.values()))["attn_entropy"].shape[1]
+    fig = Figure(figsize=(4.4 * (len(fam) + 1), 3.2 * n_layers), layout="constrained")
+    axs = np.asarray(fig.subplots(n_layers, len(fam) + 1, squeeze=False))
+    for j, (task, group) in enumerate(fam.items()):
+        for l in range(n_layers):
+            ax = axs[l, j]
+            for name, res in group.items():
+                for metric, ls, what in (
+                    ("attn_entropy", "-", " measured"),
+                    ("lab_entropy_norms", "--", " lab[norms]"),
+                    ("lab_entropy_aligned", ":", " lab[aligned]"),
+                ):
+                    label = "attention entropy (head mean)"
+                    _plot(ax, res, name, metric, l, label, ls=ls, what=what)
+            ax.set_title(f"{task}, layer {l}", fontsize=9)
+            ax.legend(fontsize=6, framealpha=0.8)
+    for l in range(n_layers):
+        ax = axs[l, -1]
+        for name, res in runs.items():
+            steps = res.axes["step"]
+            for k, s in enumerate(table_steps(res)):
+                i = int(np.argmin(np.abs(steps - s)))
                 ax.scatter(
-                    meas,
-                    res.mean(metric)[i].ravel(),
-                    marker=mk,
-                    s=20,
-                    color=COLORS[name],
-                    alpha=0.3 + 0.35 * j,
+                    res["attn_entropy"][i, l].ravel(),
+                    res["lab_entropy_norms"][i, l].ravel(),
+                    s=14,
+                    color=COLORS[res.meta["corpus"]["law"]],
+                    marker="osD^v<>"[list(runs).index(name) % 7],
+                    alpha=0.3 + 0.3 * k,
                     edgecolors="none",
-                    label=f"{name} [{metric.split('_')[-1]}]" if j == 0 else None,
+                    label=name if k == len(table_steps(res)) - 1 else None,
                 )
-    ax.plot([1e-3, 2], [1e-3, 2], color="k", lw=0.8)
-    ax.set(
-        xlabel="measured entropy (one point per layer and head)",
-        ylabel="lab-predicted entropy",
-        xscale="log",
-        yscale="log",
-        xlim=(1e-2, 1.3),
-        ylim=(1e-2, 1.3),
+        ax.plot([1e-3, 2], [1e-3, 2], color="k", lw=0.8)
+        ax.set(
+            xlabel=f"measured entropy, layer {l} (each head and seed)",
+            ylabel="lab [norms] entropy",
+            xscale="log",
+            yscale="log",
+            xlim=(1e-2, 1.3),
+            ylim=(1e-2, 1.3),
+        )
+        ax.set_title("checkpoints at 1/4, 1/2, 1 of the run (darker = later)", fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6, framealpha=0.8)
+    fig.suptitle(
+        f"Closing the loop: trained (solid) vs the untrained lab with the measured scale and "
+        f"shift, dashed [norms], dotted [aligned] ({_tag(runs)})",
+        fontsize=10,
     )
-    ax.set_title("checkpoints at 1/4, 1/2 and all of the run (darker = later)", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, framealpha=0.85)
     paths.append(save_figure(fig, fig_dir / "train_loop_entropy.png"))
     return paths
