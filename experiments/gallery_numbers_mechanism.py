@@ -8,18 +8,9 @@ from pathlib import Path
 import numpy as np
 
 import simlab
+from simlab.studies.check_theory.freezing_line import crossing  # first fall through a level
 
 root = Path(sys.argv[1] if len(sys.argv) > 1 else "figures/data")
-
-
-def crossing(x, h, level=0.5):
-    """First x (log-interpolated) where h falls through `level`, or nan."""
-    j = np.nonzero((h[:-1] >= level) & (h[1:] < level))[0]
-    if not len(j):
-        return float("nan")
-    j = int(j[0])
-    t = (h[j] - level) / (h[j] - h[j + 1])
-    return float(np.exp(np.log(x[j]) + t * (np.log(x[j + 1]) - np.log(x[j]))))
 
 
 def done(name):
@@ -42,7 +33,7 @@ for name in ("mechanism_attention", "mechanism_bert"):
     h, w = r.mean("attn_entropy"), r.mean("out_cos_within")
     print(f"== {name} ({wall(r)}); q_shift {S[0]:.3g}..{S[-1]:.3g}, lambda {L[0]:.3g}..{L[-1]:.3g}")
     for j, lam in enumerate(L):
-        c = crossing(S, h[:, j])
+        c = crossing(S, h[:, j], 0.5)
         if np.isfinite(c):
             print(
                 f"  lambda {lam:8.3g}: entropy 0.5 at q_shift {c:9.3g}  (x lambda {c * lam:9.3g})"
@@ -94,12 +85,12 @@ for name in ("qknorm_off", "qknorm_on"):
     print(f"  attn_cos at temperature {T[0]:.2g}: {fmt(r.mean('attn_cos')[:, 0])}")
     if name == "qknorm_off":  # sharper with N: entropy falls through 0.5 as temperature drops
         for i, n in enumerate(N):
-            c = crossing(T[::-1], h[i, ::-1])
+            c = crossing(T[::-1], h[i, ::-1], 0.5)
             if np.isfinite(c):
                 print(f"  N {n:8.3g}: entropy 0.5 at temperature {c:9.3g}  (/ N: {c / n:.3g})")
     else:  # more uniform with N: entropy rises through 0.5 as N grows, at fixed temperature
         for j, t in enumerate(T):
-            c = crossing(N, 1.0 - h[:, j])
+            c = crossing(N, 1.0 - h[:, j], 0.5)
             if np.isfinite(c):
                 print(f"  temperature {t:8.3g}: entropy 0.5 at N {c:9.3g}  (x T: {c * t:.3g})")
 if done("qknorm_off") and done("qknorm_on"):

@@ -367,13 +367,14 @@ def curves(r: Run, name: str, fig: dict) -> list[Path]:
     groups = [None] if "group" not in fig else list(res.axes[fig["group"]])
     files = []
     for ms in [[m] for m in metrics] if fig.get("per_metric") else [metrics]:
-        series = {}
+        series, lines = {}, []  # lines: (label, metric, select) of each series
         for m in ms:
             for value in groups:
                 select, label = dict(fig.get("select", {})), m
                 if value is not None:
                     select[fig["group"]] = value
                     label = f"{fig['group']} = {value:g}"
+                lines.append((label, m, select))
                 series[label] = (
                     _cut(res, m, x, select, "mean"),
                     _cut(res, m, x, select, "std") if band else None,
@@ -388,13 +389,14 @@ def curves(r: Run, name: str, fig: dict) -> list[Path]:
             x_log=fig.get("x_log"),
             title=r.title(res, what),
         )
-        _curve_theory(ax, res, fig, ms, groups, name)
+        _curve_theory(ax, res, fig, lines, name)
         files.append(plot.save_figure(f, r.out / fig.get("file", f"{name}_{ms[0]}.png")))
     return files
 
 
-def _curve_theory(ax, res: Results, fig: dict, metrics: list, groups: list, name: str) -> None:
-    """fig["theory"]: CURVE_THEORY names, drawn dashed in each line's colour."""
+def _curve_theory(ax, res: Results, fig: dict, lines: list, name: str) -> None:
+    """fig["theory"]: CURVE_THEORY names, drawn dashed in the colour of each (label, metric,
+    select) line they have a curve for."""
     colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
     drawn = None
     for t in fig.get("theory", []):
@@ -403,16 +405,9 @@ def _curve_theory(ax, res: Results, fig: dict, metrics: list, groups: list, name
                 f"{name}.toml: figures.theory: {t!r} is not one of "
                 f"{', '.join(map(repr, CURVE_THEORY))}"
             )
-        for m in metrics:
-            for value in groups:
-                select = dict(fig.get("select", {}))
-                label = m
-                if value is not None:
-                    select[fig["group"]] = value
-                    label = f"{fig['group']} = {value:g}"
-                curve = CURVE_THEORY[t](res, m, select)
-                if curve is None:
-                    continue
+        for label, m, select in lines:
+            curve = CURVE_THEORY[t](res, m, select)
+            if curve is not None:
                 ax.plot(
                     curve[0],
                     curve[1],

@@ -90,30 +90,28 @@ def check(cfg) -> ClaimResult:
                 cfg["seeds"],
             )
     pred = {p: theory.gg_output_cosine(ratios * theory.gg_beta_c(p), p) for p in ps}
-    # the same along the path d_model = c ln T, c from path_c_min to path_c_max
-    path_d = path_d_models(cfg["log2_T"], cfg["path_c_min"], cfg["path_c_max"])
-    err_path = []
-    for T, dm in zip(Ts, path_d):
-        e = []
+    away = np.abs(ratios - 1.0) >= 0.5 - 1e-9
+
+    def kernel_error(key_, T, d_model):
+        """max over p and the away-from-beta_c ratios of |kernel cosine - formula| at one size."""
+        worst = []
         for p in ps:
             beta = ratios * float(theory.gg_beta_c(p))
             st = _gg_run(
-                jax.random.fold_in(key, 20_000 + T),
-                T,
-                dm,
-                dm // 4,
-                cfg["n_query"],
-                p,
-                beta,
-                cfg["seeds"],
+                key_, T, d_model, max(1, d_model // 4), cfg["n_query"], p, beta, cfg["seeds"]
             )
-            e.append(np.abs(st["kernel_cos"] - pred[p])[np.abs(ratios - 1.0) >= 0.5 - 1e-9])
-        err_path.append(float(np.max(e)))
+            worst.append(np.max(np.abs(st["kernel_cos"] - pred[p])[away]))
+        return float(max(worst))
+
+    # the same along the path d_model = c ln T, c from path_c_min to path_c_max
+    path_d = path_d_models(cfg["log2_T"], cfg["path_c_min"], cfg["path_c_max"])
+    err_path = [
+        kernel_error(jax.random.fold_in(key, 20_000 + T), T, dm) for T, dm in zip(Ts, path_d)
+    ]
     pred_mean = {
         p: theory.gg_mean_cosine(ratios * theory.gg_beta_c(p), p, n_samples=cfg["pd_samples"])
         for p in ps
     }
-    away = np.abs(ratios - 1.0) >= 0.5 - 1e-9
 
     def errs(T, which="kernel_cos", ref=pred, mask=None):
         e = [np.abs(conv[(p, T)][which] - ref[p]) for p in ps]
@@ -130,23 +128,9 @@ def check(cfg) -> ClaimResult:
     i_small = small[-1] if small else 0
     # error against d_model at fixed T
     Td = 2 ** cfg["d_log2_T"]
-    err_d = {}
-    for dm in cfg["d_models"]:
-        e = []
-        for p in ps:
-            beta = ratios * float(theory.gg_beta_c(p))
-            st = _gg_run(
-                jax.random.fold_in(key, 10_000 + dm),
-                Td,
-                dm,
-                max(1, dm // 4),
-                cfg["n_query"],
-                p,
-                beta,
-                cfg["seeds"],
-            )
-            e.append(np.abs(st["kernel_cos"] - pred[p])[away])
-        err_d[dm] = float(np.max(e))
+    err_d = {
+        dm: kernel_error(jax.random.fold_in(key, 10_000 + dm), Td, dm) for dm in cfg["d_models"]
+    }
     # phase diagram
     Tp = 2 ** cfg["phase_log2_T"]
     p_axis = np.linspace(0.0, cfg["phase_p_max"], cfg["phase_p_points"])
