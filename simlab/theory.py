@@ -446,6 +446,9 @@ def gg_output_cosine(beta, p) -> np.ndarray:
     (cos = e^(-s^2) at p = 0 since two queries share no key preference), and near beta_c the
     approach is logarithmically slow (REM critical point).
 
+    At finite T and d_model: gg_finite_cosine (derived here), whose 1/d terms are the
+    finite-width floor ~ ln T / d of the simulation at fixed d_model.
+
     Knob mapping (gg_beta_from_knobs): beta = logit_std(q_scale, k_scale, temperature,
     q_std, k_std) / sqrt(ln T); p = input_corr.  Critical inverse temperature in simlab knobs:
     1 / temperature_c = sqrt(2 ln T / (1 - p)) / (q_scale k_scale q_std k_std); d_head drops
@@ -457,6 +460,86 @@ def gg_output_cosine(beta, p) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         frozen = p / (p + (1.0 - p) * (1.0 - bc / np.maximum(beta, 1e-300)))
     return np.where(beta <= bc, 1.0, frozen)
+
+
+def rem_pair_moments(T: int, s: float, rho: float, d_head=None, *, rows=None, seed: int = 0):
+    """Finite-T moments of two softmax rows over the same T keys: landscapes xi, xi' ~ N(0, 1)^T
+    with corr(xi_j, xi'_j) = rho, rows a = softmax(s_1 xi), a' = softmax(s_2 xi'), and s_1, s_2
+    = s sqrt(chi2_H / H) (the per-query fluctuation of |q|^2 over d_head = H coordinates; fixed
+    s if d_head is None).  Returns (Y, O, m_self, m_cross), expectations estimated from `rows`
+    pairs (default: as many as fit 2^22 numbers, 256..4096):
+
+        Y = E sum_j a_j^2,  O = E sum_j a_j a'_j,
+        m_self = E u^T G^-1 u,  m_cross = E u^T G^-1 u',  G = [[1, rho], [rho, 1]],
+
+    u = sum_j a_j (xi_j, xi'_j), u' = sum_j a'_j (xi_j, xi'_j): the squared length (and the
+    inner product) of the attention-weighted conditional means of the keys in the plane of the
+    two query directions (gg_finite_cosine)."""
+    rng = np.random.default_rng(seed)
+    if rows is None:
+        rows = int(min(4096, max(256, 2**22 // T)))
+    G_inv = np.linalg.inv(np.array([[1.0, rho], [rho, 1.0]]))
+    acc = np.zeros(4)
+    done, chunk = 0, max(1, 2**20 // T)
+    while done < rows:
+        n = min(chunk, rows - done)
+        xi = rng.standard_normal((n, T))
+        xk = rho * xi + math.sqrt(max(0.0, 1.0 - rho * rho)) * rng.standard_normal((n, T))
+        if d_head:
+            s1, s2 = (s * np.sqrt(rng.chisquare(d_head, (n, 1)) / d_head) for _ in range(2))
+        else:
+            s1 = s2 = s
+        a, b = (_softmax_rows(v) for v in (s1 * xi, s2 * xk))
+        u = np.stack([(a * xi).sum(1), (a * xk).sum(1)], 1)
+        w = np.stack([(b * xi).sum(1), (b * xk).sum(1)], 1)
+        acc += [
+            (a * a).sum(),
+            (a * b).sum(),
+            np.einsum("ra,ab,rb->", u, G_inv, u),
+            np.einsum("ra,ab,rb->", u, G_inv, w),
+        ]
+        done += n
+    return tuple(float(v) for v in acc / rows)
+
+
+def _softmax_rows(l_RT):
+    e = np.exp(l_RT - l_RT.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def gg_finite_cosine(beta, p, T: int, d_model: int, d_head=None, *, rows=None, seed: int = 0):
+    """Claim 2 at finite T and finite width (derived here; verified against the simulation in
+    check_theory.gg_attention): the kernel cosine E[o_i . o_k] / E|o_i|^2 of one head with
+    W_Q, W_K ~ N(0, 1/d_model), identity values, tokens x_j = sqrt(p) z_0 + sqrt(1 - p) z_j:
+
+        cos = (p + (1 - p) [(1 - 2/d) O + m_cross / d]) / (p + (1 - p) [(1 - 2/d) Y + m_self / d])
+
+    with (Y, O, m_self, m_cross) = rem_pair_moments(T, s, rho = p, d_head), s = sqrt(1 - p)
+    beta sqrt(ln T), d = d_model.  Derivation: for query i the logits are
+    l_ij = c_i + s xi_j^(i), xi_j^(i) = g_i . z_j / |g_i| (g_i = W_K q_i lambda / sqrt(d_head)), a
+    REM over keys; two queries' landscapes correlate rho = g_i . g_k / |g_i||g_k| -> p.  Given
+    the landscapes, each z_j is Gaussian with mean mu_j in the plane of g_i, g_k and the rest
+    (d - 2 dimensions) independent of the attention, so
+    E|o_i|^2 / d = p + (1 - p) [(1 - 2/d) Y + |sum_j a_ij mu_j|^2 / d] and
+    E o_i . o_k / d = p + (1 - p) [(1 - 2/d) O + (sum_j a_ij mu_j) . (sum_l a_kl mu_l) / d]
+    (terms in z_0 . z_j cancel in the cosine to first order; the query token's own key is
+    neglected, O(1/T)).  The 1/d terms are the finite-width floor: the attended keys are the
+    ones aligned with the query's direction, so each output carries a query-specific component
+    of squared length ~ min(s^2, 2 ln T) (the Gibbs mean of xi); at leading order
+    1 - cos ~ ((1 - p) / p) (Y - O + (1 - p) m / d), m ~ min(s, sqrt(2 ln T))^2, which grows
+    like ln T / d at fixed d: the d -> infinity limit (gg_output_cosine) needs d >> ln T.  As
+    T -> infinity, O -> 0 and Y -> 0 or 1 - beta_c / beta, and as d -> infinity the formula
+    becomes gg_output_cosine."""
+    beta = np.atleast_1d(np.asarray(beta, dtype=float))
+    out = np.empty_like(beta)
+    d = float(d_model)
+    for i, b in enumerate(beta):
+        s = math.sqrt(1.0 - p) * b * math.sqrt(math.log(T))
+        Y, O, m_self, m_cross = rem_pair_moments(T, s, p, d_head, rows=rows, seed=seed + i)
+        num = p + (1.0 - p) * ((1.0 - 2.0 / d) * O + m_cross / d)
+        den = p + (1.0 - p) * ((1.0 - 2.0 / d) * Y + m_self / d)
+        out[i] = num / den
+    return out
 
 
 def gg_beta_from_knobs(T, q_scale=1.0, k_scale=1.0, temperature=1.0, *, q_std=1.0, k_std=1.0):
@@ -731,15 +814,17 @@ def dong_residual_bound(r0, c, depth: int) -> np.ndarray:
     rank doubly exponentially with depth", ICML 2021, arXiv 2103.03404; abstract confirmed:
     "without skip connections or MLPs, the output converges doubly exponentially to a rank-1
     matrix. On the other hand, skip connections and MLPs stop the output from degeneration").
-    Theorem (recalled; the paper's text was not among the search results, and the authors'
-    code, github.com/twistedcubic/attention-rank-collapse, gives none in its README): for a pure
-    self-attention network of depth L,
-    ||res(SAN(X))||_{1,inf} <= (4 gamma beta / sqrt(d_qk))^((3^L - 1)/2) ||res(X)||_{1,inf}^(3^L),
-    res(X) = X - 1 x^T, with beta bounding the weights' norms and gamma a Lipschitz-type
-    constant; c = 4 gamma beta / sqrt(d_qk).  The cubic step is also what one gets from
-    first principles: with X = 1 xbar^T + R, the row-dependent part of the logits is
-    R W R^T = O(r^2) (the O(r) part xbar W R^T is shared by all queries and so maps every
-    row to the same output), and it multiplies R again: res_{l+1} = O(r^3).
+    Theorem (Theorem 2.2 and its multi-head corollary, recalled: the body of the paper was not
+    among the search results; the composite norm sqrt(||.||_1 ||.||_inf) and the column-mean
+    residual of their figures are read from the authors' code, github.com/twistedcubic/
+    attention-rank-collapse, paper-plotting/utils.py and walking_casual_transformers.ipynb):
+    for a pure self-attention network of depth L with H heads,
+    ||res(SAN(X))||_{1,inf} <= (4 gamma beta H / sqrt(d_qk))^((3^L - 1)/2) ||res(X)||_{1,inf}^(3^L),
+    res(X) = X - 1 x^T, beta >= ||W_QK||_1 ||W_V||_{1,inf} and gamma a term that depends on
+    the attention entries; c = 4 gamma beta H / sqrt(d_qk) (dong_theorem_constant computes it
+    at gamma = 1 from the weights).  The cubic step is derived exactly here (dong_cubic_term:
+    res(SA(1 x^T + R)) = R W_QK R^T R W_V / (T sqrt(d_qk)) + O(R^4)), with an explicit
+    constant (dong_explicit_constant).
 
     Knobs: c grows with q_scale k_scale / temperature (sharper logits slow the collapse);
     attn_residual = 1 (skip) and an MLP between layers are the two ways out; the claim is
@@ -763,3 +848,66 @@ def collapse_exponent(r, floor: float = 1e-5) -> float:
         return float("nan")
     la, lb = np.log(a[ok]), np.log(b[ok])
     return float(np.polyfit(la, lb, 1)[0])
+
+
+def composite_norm(a) -> np.ndarray:
+    """Dong et al.'s composite norm ||A||_{1,inf} = sqrt(||A||_1 ||A||_inf) over the last two
+    axes: ||A||_1 the largest absolute column sum, ||A||_inf the largest absolute row sum (not a
+    norm: no triangle inequality).  As in the authors' code, github.com/twistedcubic/
+    attention-rank-collapse, paper-plotting/utils.py (`composite_norm`)."""
+    a = np.abs(np.asarray(a, dtype=float))
+    return np.sqrt(a.sum(-2).max(-1) * a.sum(-1).max(-1))
+
+
+def dong_theorem_constant(w_qk_HDD, w_v_HDD, d_qk: int) -> float:
+    """The constant of Dong et al.'s one-layer step ||res(SA(X))|| <= c ||res(X)||^3 (composite
+    norm), c = 4 gamma beta H / sqrt(d_qk), returned with gamma = 1: beta = max over the H
+    heads of ||W_QK,h||_1 ||W_V,h||_{1,inf}, W_QK,h = W_Q,h W_K,h^T (logits
+    X W_QK X^T / sqrt(d_qk), any logit scale folded in) and W_V,h the head's value-and-output
+    map (D x D).  Statement recalled from arXiv 2103.03404 (Theorem 2.2 and its multi-head
+    corollary, which adds the factor H); gamma is the paper's attention-dependent term, defined
+    in its appendix, which was not among the search results: check_theory.dong_collapse reports
+    the gamma a simulation needs, gamma_needed = measured / dong_theorem_constant."""
+    w_qk = np.abs(np.asarray(w_qk_HDD, dtype=float))
+    beta = np.max(w_qk.sum(-2).max(-1) * composite_norm(w_v_HDD))
+    return float(4.0 * beta * w_qk.shape[0] / math.sqrt(d_qk))
+
+
+def dong_cubic_term(r_TD, w_qk_HDD, w_v_HDD, d_qk: int) -> np.ndarray:
+    """The exact leading order of the residual one pure attention layer leaves, derived here.
+    For X = 1 x^T + R with centred R (1^T R = 0) and SA(X) = sum_h softmax(X W_QK,h X^T /
+    sqrt(d_qk)) X W_V,h:
+
+        res(SA(X)) = M + O(|R|^4),   M = sum_h R W_QK,h R^T R W_V,h / (T sqrt(d_qk)).
+
+    Proof: the logits are x W x^T + R_i W x + x W R_j + R_i W R_j (over sqrt(d_qk)); the first
+    two are constant along a row (softmax ignores them), the third r_j = O(R) is shared by all
+    rows, the fourth E_ij = O(R^2).  So A_ij = s_j (1 + E_ij - sum_k s_k E_ik) + O(R^4) with
+    s = softmax(r) = 1/T + O(R), and A X W_V = 1 x^T W_V + 1 s^T R W_V + A' R W_V: the first
+    two terms have identical rows, and A' R W_V = (1/T) E (I - 11^T/T) R W_V + O(R^4) = M +
+    O(R^4) since (I - 11^T / T) R = R.  M is centred (1^T R = 0), so it is the residual itself.
+    Submultiplicativity of ||.||_1 and ||.||_inf then gives the one-layer bound with an explicit
+    constant, ||M||_{1,inf} <= dong_explicit_constant ||R||_{1,inf}^3 (tested): the cubic step
+    of Dong et al., with 1/T where their constant has 4 gamma."""
+    r_TD = np.asarray(r_TD, dtype=float)
+    logits_HTS = np.einsum("td,hde,se->hts", r_TD, np.asarray(w_qk_HDD, float), r_TD)
+    out_TD = np.einsum("hts,sd,hde->te", logits_HTS, r_TD, np.asarray(w_v_HDD, float))
+    return out_TD / (r_TD.shape[0] * math.sqrt(d_qk))
+
+
+def dong_explicit_constant(w_qk_HDD, w_v_HDD, d_qk: int, T: int) -> float:
+    """The constant of the one-layer bound proved in dong_cubic_term's docstring:
+    ||M||_{1,inf} <= c ||R||_{1,inf}^3 with
+    c = (sum_h ||W_QK,h||_1 ||W_V,h||_1  sum_h ||W_QK,h||_inf ||W_V,h||_inf)^(1/2) / (T sqrt(d_qk))
+    (the sums over heads come before the square root: the composite norm has no triangle
+    inequality, its two factors do)."""
+
+    def l1(a):
+        return np.abs(np.asarray(a, dtype=float)).sum(-2).max(-1)
+
+    def linf(a):
+        return np.abs(np.asarray(a, dtype=float)).sum(-1).max(-1)
+
+    s1 = np.sum(l1(w_qk_HDD) * l1(w_v_HDD))
+    sinf = np.sum(linf(w_qk_HDD) * linf(w_v_HDD))
+    return float(math.sqrt(s1 * sinf) / (T * math.sqrt(d_qk)))

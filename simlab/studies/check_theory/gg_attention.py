@@ -59,7 +59,15 @@ def _gg_run(key, T, d_model, d_head, n_query, p, beta, seeds):
         )
         for k in out:
             out[k].append(np.asarray(r[k], float))
-    return {k: np.mean(v, 0) for k, v in out.items()}
+    res = {k: np.mean(v, 0) for k, v in out.items()}
+    # seed-to-seed standard error of the kernel cosine (the queries share one set of keys, so
+    # seeds are the independent samples); 0 with one seed
+    res["kernel_se"] = (
+        np.std(out["kernel_cos"], 0, ddof=1) / math.sqrt(seeds)
+        if seeds > 1
+        else 0.0 * res["kernel_cos"]
+    )
+    return res
 
 
 def path_d_models(log2_T, c_min: float, c_max: float) -> list[int]:
@@ -92,17 +100,41 @@ def check(cfg) -> ClaimResult:
     pred = {p: theory.gg_output_cosine(ratios * theory.gg_beta_c(p), p) for p in ps}
     away = np.abs(ratios - 1.0) >= 0.5 - 1e-9
 
+    # the finite-(T, d) prediction (theory.gg_finite_cosine), at every simulated size: its
+    # error is taken over all ratios, beta_c included
+    fin_err = {}  # (T, d_model) -> max over p and all ratios
+
+    fin_excess = {}  # (T, d_model) -> max over p and ratios of (error - 3 standard errors)
+    fin_pred = {}  # (T, d_model, p) -> the prediction over ratios
+
+    def finite_error(T, d_model, d_head, stats):
+        e, x = [], []
+        for p in ps:
+            fin = theory.gg_finite_cosine(
+                ratios * float(theory.gg_beta_c(p)), p, T, d_model, d_head, seed=T
+            )
+            fin_pred[(T, d_model, p)] = fin
+            err = np.abs(stats[p]["kernel_cos"] - fin)
+            e.append(np.max(err))
+            x.append(np.max(err - 3.0 * stats[p]["kernel_se"]))
+        fin_err[(T, d_model)], fin_excess[(T, d_model)] = float(max(e)), float(max(x))
+
     def kernel_error(key_, T, d_model):
-        """max over p and the away-from-beta_c ratios of |kernel cosine - formula| at one size."""
-        worst = []
+        """max over p and the away-from-beta_c ratios of |kernel cosine - formula| at one size
+        (and the finite-size prediction's error, into fin_err)."""
+        worst, stats = [], {}
         for p in ps:
             beta = ratios * float(theory.gg_beta_c(p))
             st = _gg_run(
                 key_, T, d_model, max(1, d_model // 4), cfg["n_query"], p, beta, cfg["seeds"]
             )
+            stats[p] = st
             worst.append(np.max(np.abs(st["kernel_cos"] - pred[p])[away]))
+        finite_error(T, d_model, max(1, d_model // 4), stats)
         return float(max(worst))
 
+    for T in Ts:
+        finite_error(T, cfg["d_model"], cfg["d_head"], {p: conv[(p, T)] for p in ps})
     # the same along the path d_model = c ln T, c from path_c_min to path_c_max
     path_d = path_d_models(cfg["log2_T"], cfg["path_c_min"], cfg["path_c_max"])
     err_path = [
@@ -164,6 +196,24 @@ def check(cfg) -> ClaimResult:
     verdict, rule = verdict_from(err_path, i_small, cfg)
     verdict += f" along d = {cfg['path_c_min']:g}..{cfg['path_c_max']:g} ln T (away from beta_c)"
     fixed_verdict, _ = verdict_from(err_away, i_small, cfg)
+    # the finite-size prediction "agrees" if at every simulated (T, d) its error is within
+    # finite_tol (the neglected terms) plus 3 seed-to-seed standard errors of the simulation;
+    # otherwise the sizes where it is not are named
+    ftol = float(cfg["finite_tol"])
+    fin_max = max(fin_err.values())
+    failing = sorted(k for k, x in fin_excess.items() if x > ftol)
+    if not failing:
+        fin_verdict = "agrees at every size"
+    elif len(failing) < len(fin_err):
+        fin_verdict = "agrees except at " + ", ".join(
+            f"T=2^{int(math.log2(T))} d={dm} ({fin_err[(T, dm)]:.3f})" for T, dm in failing[:3]
+        )
+    else:
+        fin_verdict = "does not agree"
+    verdict += (
+        f"; finite-(T, d) correction {fin_verdict} (max err {fin_max:.3f}; tol {ftol:g} + 3 SE, "
+        "all b)"
+    )
     res = ClaimResult(
         claim="2 gg_attention",
         title="Giorlandino-Goldt output cosine",
@@ -196,11 +246,22 @@ def check(cfg) -> ClaimResult:
         res.details.append(("  of which frozen b/bc>=2", per_T(err_frz)))
     res.details += [
         ("kernel cos vs formula, all b incl. b=bc, per T", per_T(err_all)),
+        (
+            f"kernel cos vs finite-(T, d) prediction (theory.gg_finite_cosine), all b, "
+            f"d_model {cfg['d_model']}",
+            per_T([fin_err[(T, cfg["d_model"])] for T in Ts]),
+        ),
+        (
+            "  same along the path d = c ln T",
+            per_T([fin_err[(T, dm)] for T, dm in zip(Ts, path_d)]),
+        ),
         ("simlab anisotropy vs formula (Jensen gap), away", per_T(err_mean_gg)),
         ("simlab anisotropy vs PD-corrected limit, away", per_T(err_mean_pd)),
         (
             f"kernel cos error vs d_model at T=2^{cfg['d_log2_T']}, away",
-            " ".join(f"d={k}:{v:.3f}" for k, v in err_d.items()),
+            " ".join(f"d={k}:{v:.3f}" for k, v in err_d.items())
+            + "; finite-(T, d) prediction, all b: "
+            + " ".join(f"d={k}:{fin_err[(Td, k)]:.3f}" for k in err_d),
         ),
         (
             f"phase diagram T=2^{cfg['phase_log2_T']}: max |sim - formula|, p>=.2 and |b/bc-1|>=.5",
@@ -231,6 +292,9 @@ def check(cfg) -> ClaimResult:
         err_mean_pd=err_mean_pd,
         err_mean_gg=err_mean_gg,
         err_d={str(k): v for k, v in err_d.items()},
+        err_finite={f"{T}|{dm}": v for (T, dm), v in fin_err.items()},
+        err_finite_fixed=[fin_err[(T, cfg["d_model"])] for T in Ts],
+        pred_finite={f"{p}|{T}": fin_pred[(T, cfg["d_model"], p)].tolist() for p in ps for T in Ts},
         phase_T=Tp,
         phase_p=p_axis.tolist(),
         phase_beta=b_axis.tolist(),
@@ -280,13 +344,26 @@ def figure(res: ClaimResult, path: Path):
     rf = np.linspace(ratios.min(), ratios.max(), 300)
     bc = float(theory.gg_beta_c(p_show))
     tmean = (ratios, np.array(d["pred_mean"][str(p_show)]), "simlab anisotropy limit (PD)")
+    finite = [
+        (
+            ratios,
+            np.array(d["pred_finite"][f"{p_show}|{T}"]),
+            f"finite (T, d) prediction, T=2^{int(math.log2(T))}",
+        )
+        for T in (d["T"][0], d["T"][-1])
+        if "pred_finite" in d
+    ]
     plot.curves(
         ratios,
         series,
         x_label="beta / beta_c",
         y_label="output cosine",
         x_log=True,
-        theory=[(rf, theory.gg_output_cosine(rf * bc, p_show), "formula (kernel cosine)"), tmean],
+        theory=[
+            (rf, theory.gg_output_cosine(rf * bc, p_show), "formula (kernel cosine)"),
+            tmean,
+            *finite,
+        ],
         title=f"p = {p_show}: kernel cosine vs T",
         ax=ax2,
     )
@@ -305,6 +382,16 @@ def figure(res: ClaimResult, path: Path):
             ),
             "kernel cos, |b/bc-1|>=0.5 (d fixed)": (np.array(d["err_away"]), None),
             "kernel cos, all b": (np.array(d["err_all"]), None),
+            **(
+                {
+                    "kernel cos vs finite-(T, d) prediction, all b (d fixed)": (
+                        np.array(d["err_finite_fixed"]),
+                        None,
+                    )
+                }
+                if "err_finite_fixed" in d
+                else {}
+            ),
             "anisotropy vs PD limit": (np.array(d["err_mean_pd"]), None),
         },
         x_label="log2 T",
