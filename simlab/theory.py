@@ -38,8 +38,13 @@ tokens with per-coordinate std sigma in d_model dimensions, q_std = w * sqrt(d_m
 d_model = 768 gives q_std = 0.55 sigma.  After QK-norm with gain g, q_std = g.  Of the logit
 variance lambda^2, the fraction p (the common z_0) is either constant over keys (softmax
 ignores it) or a pattern shared by all queries; the key-dependent part of one row has variance
-(1 - p) lambda^2.  drift_norm adds a common vector to every token: it acts like a larger p
-(more shared structure), and the claims below assume drift_norm = 0 unless stated otherwise.
+(1 - p) lambda^2.  drift_norm adds a common vector b to every token: it raises the input
+cosine, but it is not a larger p.  On unnormalised attention inputs it also raises the squared
+norm per coordinate, q = 1 + n with n = |b|^2 / (d sigma^2), and the overlap to p + n, so
+Giorlandino & Goldt's general threshold beta_c = sqrt(2 / (q (q - p_overlap))) becomes
+sqrt(2 / ((1 + n)(1 - p))): drift lowers beta_c (attention freezes sooner), where a larger p
+raises it (sqrt(2 / (1 - p))).  Behind a LayerNorm the norm is reset and drift acts on the
+overlap only.  The claims below assume drift_norm = 0 unless stated otherwise.
 q_shift adds m_q . k_j (a shared pattern); k_shift adds q_i . m_k, constant over j, which
 softmax ignores exactly.
 
@@ -440,10 +445,12 @@ def gg_output_cosine(beta, p) -> np.ndarray:
 
     Assumptions: T -> infinity, d_model, d_head -> infinity first, drift_norm = 0, no shifts,
     identity (or random orthogonal-like) values, no residual, no normalisation.  The limit is
-    not uniform in p: in the annealed phase Y ~ T^(2 (beta/beta_c)^2 - 1) for
-    beta < beta_c / sqrt(2) (slower above), so 1 - cos ~ (1 - p)/p * Y needs T large against a
-    power of (1 - p)/p; on the line p = 0 the finite-T cosine tends to 0, not 1
-    (cos = e^(-s^2) at p = 0 since two queries share no key preference), and near beta_c the
+    not uniform in p: in the annealed phase Y = Z(2s) / Z(s)^2 ~ T^(2 x^2 - 1), x = beta/beta_c,
+    for beta < beta_c / 2 (where Z(2s) is still annealed) and ~ T^(-2 (1 - x)^2) between
+    beta_c / 2 and beta_c (Z(2s) frozen), so 1 - cos ~ (1 - p)/p * Y needs T large against a
+    power of (1 - p)/p; at p = 0 the annealed formula is 0/0 (p / (p + (1 - p) Y) with p = 0 and
+    Y -> 0: the limits p -> 0 and T -> infinity do not commute) and the finite-T cosine is 0,
+    not 1 (two queries share no key preference); gg_finite_cosine covers p = 0.  Near beta_c the
     approach is logarithmically slow (REM critical point).
 
     At finite T and d_model: gg_finite_cosine (derived here), whose 1/d terms are the

@@ -207,14 +207,22 @@ def combine(comps: Mapping[str, jax.Array], coefs: Mapping[str, jax.Array]) -> j
     return sum(coefs[c] * comps[c] for c in coefs)
 
 
-def sample(spec: InputSpec, d_model: int, key, knobs: Mapping[str, float]) -> jax.Array:
-    """One input batch (B, T, D) for the given knobs (convenience for tests and scripts)."""
-    comps = components(spec, d_model, key)
-    dtype = jnp.result_type(float)
-    coefs = coefficients(spec.kind, {k: jnp.asarray(v, dtype) for k, v in knobs.items()})
+def assemble(
+    spec: InputSpec, d_model: int, comps: Mapping[str, jax.Array], coefs: Mapping[str, jax.Array]
+) -> jax.Array:
+    """The input batch (B, T, D): combine(comps, coefs) broadcast, then x_i / |x_i| if
+    spec.normalize (unit tokens).  The one place both Lab and sample build inputs."""
     x = jnp.broadcast_to(combine(comps, coefs), (spec.batch, spec.length, d_model))
     if spec.normalize:
         from simlab.core.metrics import unit_vectors
 
         x = unit_vectors(x)
     return x
+
+
+def sample(spec: InputSpec, d_model: int, key, knobs: Mapping[str, float]) -> jax.Array:
+    """One input batch (B, T, D) for the given knobs (convenience for tests and scripts)."""
+    comps = components(spec, d_model, key)
+    dtype = jnp.result_type(float)
+    coefs = coefficients(spec.kind, {k: jnp.asarray(v, dtype) for k, v in knobs.items()})
+    return assemble(spec, d_model, comps, coefs)

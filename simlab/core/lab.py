@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from simlab.core import attention, block, factored, inputs
 from simlab.core.init import draws, init_params, param_shapes
 from simlab.core.knobs import KNOB_DEFAULTS, inert_knobs
-from simlab.core.metrics import METRIC_NAMES, layer_metrics, needs_full_weights, unit_vectors
+from simlab.core.metrics import METRIC_NAMES, layer_metrics, needs_full_weights
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.core.tiled import Tiling, choose_tiling
 from simlab.errors import ConfigError
@@ -161,10 +161,7 @@ class Lab:
     def inputs_of(self, state, knobs):
         """x = sum_c coef_c X_c, broadcast to (B, T, D); with inputs.normalize, x_i / |x_i|."""
         coefs = inputs.coefficients(self.inputs.kind, knobs)
-        x = inputs.combine(state["comps"], coefs)
-        shape = (self.inputs.batch, self.inputs.length, self.block.d_model)
-        x = jnp.broadcast_to(x, shape)
-        return (unit_vectors(x) if self.inputs.normalize else x), coefs
+        return inputs.assemble(self.inputs, self.block.d_model, state["comps"], coefs), coefs
 
     def point(self, state, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """Metrics at one grid point. knobs: every name of simlab.core.knobs.KNOBS -> scalar."""
