@@ -100,8 +100,11 @@ def rem_normalized_entropy(x) -> np.ndarray:
     H / ln T -> 1 - x^2 for x < 1 and 0 for x >= 1 (continuous, with a kink at x = 1).
     Assumptions: i.i.d. Gaussian logits in a row, T -> infinity at fixed x.  Checked against the
     textbook REM free energy (the REM entropy per level is ln 2 - beta^2/2 below beta_c); this
-    is the form given in the issue, re-derived here.  Finite-size corrections are O(1/ln T)
-    (the O(1) frozen entropy, and the log-log shift of the extreme value near x = 1).
+    is the form given in the issue, re-derived here.  Finite-size corrections are slow: in the
+    frozen phase the O(1) entropy over ln T; at the kink x = 1 the entropy grows like
+    sqrt(ln T) (H(x=1) / sqrt(ln T) stays ~1.0 from T = 2^8 to 2^20, the review of issue 16),
+    so the error of H / ln T there falls like (ln T)^(-1/2): check-theory measures the exponent
+    (0.38 over T = 2^6..2^16; docs/theory.md, claim 1), not 1/ln T.
 
     Knobs: s is the key-dependent logit std, s = sqrt(1 - input_corr) * logit_std(...)
     (module docstring), so x = sqrt(1 - p) * q_scale k_scale q_std k_std / (temperature s_c).
@@ -121,7 +124,7 @@ def rem_frozen_entropy(x) -> np.ndarray:
     PD(m), m = 1/x, which is E[-ln w*] for a size-biased pick w* ~ Beta(1 - m, m):
     psi(1) - psi(1 - m).  Derived here (not in the issue); it diverges as x -> 1+, where the
     O(ln T) annealed entropy takes over.  Returns nan for x <= 1."""
-    from scipy.special import digamma  # scipy is a test extra: import only when needed
+    from scipy.special import digamma  # scipy: a dependency of simlab, imported where used
 
     x = np.asarray(x, dtype=float)
     m = np.where(x > 1.0, 1.0 / np.where(x > 1.0, x, 2.0), np.nan)

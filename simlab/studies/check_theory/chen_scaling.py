@@ -19,10 +19,10 @@ from simlab.studies.check_theory.common import (
     ClaimResult,
     _f,
     _ratio_ticks,
-    _yes_no,
     attention_stats,
     correlated_tokens,
     mean_pairwise_cosine,
+    shrink_cell,
     verdict_from,
 )
 
@@ -195,7 +195,7 @@ def check(cfg) -> ClaimResult:
     small = [i for i, e in enumerate(cfg["log2_n"]) if e <= cfg["log2_n"][-1] - 4]
     i_small = small[-1] if small else 0
     rmid = rhos[len(rhos) // 2]
-    shrinks = _yes_no(err[-1], err[i_small])
+    shrinks = shrink_cell(err[-1], err[i_small], cfg["min_shrink"])
     verdict, rule = verdict_from(err, i_small, cfg)
 
     def per_n(e_):

@@ -164,6 +164,9 @@ def verdict_from(errs, i_small: int, cfg) -> tuple[str, str]:
     return v, rule
 
 
-def _yes_no(a: float, b: float) -> str:
-    """'yes' if error a (large size) < b (16x smaller size)."""
-    return "yes" if a < b else "no"
+def shrink_cell(large: float, small: float, min_shrink: float) -> str:
+    """The table's "shrinks" cell: 'yes' if the error fell by at least min_shrink (the claim's
+    declared factor) from the smaller size to the larger, else 'no'; with the factor measured,
+    e.g. 'no (x1.08)'."""
+    ratio = small / large if large > 0 else float("inf")
+    return f"{'yes' if ratio >= min_shrink else 'no'} (x{ratio:.2f})"

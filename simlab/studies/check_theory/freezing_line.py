@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from simlab import theory
-from simlab.studies.check_theory.common import ClaimResult
+from simlab.studies.check_theory.common import ClaimResult, shrink_cell
 
 
 def crossing(lam, h, level: float) -> float:
@@ -107,7 +107,7 @@ def check(cfg) -> ClaimResult:
         + "/".join(f"{x:.3g}" for x in runs[big]["finite"]),
         simulated="/".join(f"{x:.3g}" for x in runs[big]["sim"]),
         error=f"finite {err_f:.3f}, limit {err_l:.3f}",
-        shrinks="yes" if len(errs_l) < 2 or errs_l[-1] < errs_l[0] else "no",
+        shrinks=shrink_cell(errs_l[-1], errs_l[0], cfg["min_shrink"]) if len(errs_l) > 1 else "n/a",
         verdict=v,
     )
     res.details = [

@@ -19,9 +19,9 @@ from simlab.studies.check_theory.common import (
     ClaimResult,
     _f,
     _ratio_ticks,
-    _yes_no,
     attention_stats,
     correlated_tokens,
+    shrink_cell,
     verdict_from,
 )
 
@@ -206,7 +206,7 @@ def check(cfg) -> ClaimResult:
     probe = [i for i, r in enumerate(ratios) if r in (0.5, 2.0, 4.0)] or list(range(len(ratios)))
     # the verdict along the path where the limit is claimed (d / ln T growing); the fixed-d_model
     # errors, which stall at the finite-width floor ~ ln T / d, are reported beside it
-    shrinks = _yes_no(err_path[-1], err_path[i_small])
+    shrinks = shrink_cell(err_path[-1], err_path[i_small], cfg["min_shrink"])
     verdict, rule = verdict_from(err_path, i_small, cfg)
     verdict += f" along d = {cfg['path_c_min']:g}..{cfg['path_c_max']:g} ln T (away from beta_c)"
     fixed_verdict, _ = verdict_from(err_away, i_small, cfg)

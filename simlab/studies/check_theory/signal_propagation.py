@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from simlab import theory
-from simlab.studies.check_theory.common import ClaimResult, verdict_from
+from simlab.studies.check_theory.common import ClaimResult, shrink_cell, verdict_from
 
 METRICS = ("out_cos", "out_cos_within")
 
@@ -85,7 +85,7 @@ def check(cfg) -> ClaimResult:
         simulated="/".join(f"{runs[big][k]['sim_out_cos'][t_mid][-1]:.3f}" for k in kinds)
         + f" ({'/'.join(kinds)})",
         error=f"{errs[-1]:.3f} ({list(runs)[0]}: {errs[0]:.3f})",
-        shrinks="yes" if errs[-1] < errs[0] else "no",
+        shrinks=shrink_cell(errs[-1], errs[0], cfg["min_shrink"]),
         verdict=verdict,
     )
     res.details = [("criterion", rule)] + [
