@@ -472,44 +472,62 @@ def gg_output_cosine(beta, p) -> np.ndarray:
     return np.where(beta <= bc, 1.0, frozen)
 
 
-def rem_pair_moments(T: int, s: float, rho: float, d_head=None, *, rows=None, seed: int = 0):
-    """Finite-T moments of two softmax rows over the same T keys: landscapes xi, xi' ~ N(0, 1)^T
-    with corr(xi_j, xi'_j) = rho, rows a = softmax(s_1 xi), a' = softmax(s_2 xi'), and s_1, s_2
-    = s sqrt(chi2_H / H) (the per-query fluctuation of |q|^2 over d_head = H coordinates; fixed
-    s if d_head is None).  Returns (Y, O, m_self, m_cross), expectations estimated from `rows`
-    pairs (default: as many as fit 2^22 numbers, 256..4096):
-
-        Y = E sum_j a_j^2,  O = E sum_j a_j a'_j,
-        m_self = E u^T G^-1 u,  m_cross = E u^T G^-1 u',  G = [[1, rho], [rho, 1]],
-
-    u = sum_j a_j (xi_j, xi'_j), u' = sum_j a'_j (xi_j, xi'_j): the squared length (and the
-    inner product) of the attention-weighted conditional means of the keys in the plane of the
-    two query directions (gg_finite_cosine)."""
+def gg_pair_geometry(p: float, d_model: int, d_head: int, rows: int, *, seed: int = 0, block=64):
+    """The geometry of pairs of queries of one head with W_Q, W_K ~ N(0, 1/d_model) (d x H,
+    H = d_head) on tokens x = sqrt(p) z_0 + sqrt(1 - p) z: for each of `rows` pairs,
+    (n_1, n_2, rho) with n = |g| and rho = cos(g_1, g_2), g = W_K W_Q^T x / sqrt(H) (the
+    direction in token space a query's logits read, at lambda = 1).  Sampled exactly: one
+    (W_Q, W_K, z_0) per `block` pairs, as the queries of one simulated head share them, fresh
+    z per query.  So rho fluctuates around p from pair to pair and with the non-orthogonal
+    Gram matrices of W_Q, W_K (spread ~ sqrt(H / d)), and n^2 around 1 (chi2-like over H)."""
     rng = np.random.default_rng(seed)
-    if rows is None:
-        rows = int(min(4096, max(256, 2**22 // T)))
-    G_inv = np.linalg.inv(np.array([[1.0, rho], [rho, 1.0]]))
-    acc = np.zeros(4)
-    done, chunk = 0, max(1, 2**20 // T)
-    while done < rows:
-        n = min(chunk, rows - done)
-        xi = rng.standard_normal((n, T))
-        xk = rho * xi + math.sqrt(max(0.0, 1.0 - rho * rho)) * rng.standard_normal((n, T))
-        if d_head:
-            s1, s2 = (s * np.sqrt(rng.chisquare(d_head, (n, 1)) / d_head) for _ in range(2))
-        else:
-            s1 = s2 = s
-        a, b = (_softmax_rows(v) for v in (s1 * xi, s2 * xk))
-        u = np.stack([(a * xi).sum(1), (a * xk).sum(1)], 1)
-        w = np.stack([(b * xi).sum(1), (b * xk).sum(1)], 1)
-        acc += [
-            (a * a).sum(),
-            (a * b).sum(),
-            np.einsum("ra,ab,rb->", u, G_inv, u),
-            np.einsum("ra,ab,rb->", u, G_inv, w),
-        ]
-        done += n
-    return tuple(float(v) for v in acc / rows)
+    out = []
+    for start in range(0, rows, block):
+        n = min(block, rows - start)
+        wq, wk = (rng.standard_normal((d_model, d_head)) / math.sqrt(d_model) for _ in range(2))
+        z0 = rng.standard_normal(d_model)
+        x_2ND = math.sqrt(p) * z0 + math.sqrt(1.0 - p) * rng.standard_normal((2, n, d_model))
+        g_2ND = (x_2ND @ wq) @ wk.T / math.sqrt(d_head)
+        nrm_2N = np.linalg.norm(g_2ND, axis=-1)
+        rho_N = np.einsum("nd,nd->n", g_2ND[0], g_2ND[1]) / (nrm_2N[0] * nrm_2N[1])
+        out.append(np.stack([nrm_2N[0], nrm_2N[1], rho_N], 1))
+    return np.concatenate(out)
+
+
+def rem_pair_moments(T: int, s1, s2, rho, *, seed: int = 0) -> np.ndarray:
+    """Finite-T moments of pairs of softmax rows over the same T keys, one pair per entry of
+    the arrays s1, s2, rho (R,): landscapes xi, xi' ~ N(0, 1)^T with corr(xi_j, xi'_j) = rho,
+    rows a = softmax(s1 xi), a' = softmax(s2 xi').  Returns (R, 4): per pair
+
+        sum_j a_j^2,  sum_j a_j a'_j,  u^T G^-1 u,  u^T G^-1 u',   G = [[1, rho], [rho, 1]],
+
+    u = sum_j a_j (xi_j, xi'_j), u' = sum_j a'_j (xi_j, xi'_j).  u^T G^-1 u is the squared
+    length of sum_j a_j mu_j, mu_j the conditional mean of a Gaussian key z_j in the plane of the
+    two query directions given its two logits (gg_finite_cosine); u^T G^-1 u' the inner
+    product of the two rows' versions."""
+    rng = np.random.default_rng(seed)
+    s1, s2, rho = (np.asarray(v, dtype=float) for v in (s1, s2, rho))
+    out = np.empty((rho.size, 4))
+    chunk = max(1, 2**20 // T)
+    for i in range(0, rho.size, chunk):
+        sl = slice(i, i + chunk)
+        r = rho[sl, None]
+        xi = rng.standard_normal((r.shape[0], T))
+        xk = r * xi + np.sqrt(np.maximum(0.0, 1.0 - r * r)) * rng.standard_normal(xi.shape)
+        a, b = _softmax_rows(s1[sl, None] * xi), _softmax_rows(s2[sl, None] * xk)
+        u1, u2 = (a * xi).sum(1), (a * xk).sum(1)
+        w1, w2 = (b * xi).sum(1), (b * xk).sum(1)
+        r = r[:, 0]
+        out[sl] = np.stack(
+            [
+                (a * a).sum(1),
+                (a * b).sum(1),
+                (u1 * u1 - 2 * r * u1 * u2 + u2 * u2) / (1 - r * r),
+                (u1 * w1 - r * (u1 * w2 + u2 * w1) + u2 * w2) / (1 - r * r),
+            ],
+            1,
+        )
+    return out
 
 
 def _softmax_rows(l_RT):
@@ -517,39 +535,56 @@ def _softmax_rows(l_RT):
     return e / e.sum(1, keepdims=True)
 
 
-def gg_finite_cosine(beta, p, T: int, d_model: int, d_head=None, *, rows=None, seed: int = 0):
+def gg_finite_cosine(
+    beta, p, T: int, d_model: int, d_head: int, *, rows=None, seed: int = 0, batches: int = 8
+):
     """Claim 2 at finite T and finite width (derived here; verified against the simulation in
     check_theory.gg_attention): the kernel cosine E[o_i . o_k] / E|o_i|^2 of one head with
     W_Q, W_K ~ N(0, 1/d_model), identity values, tokens x_j = sqrt(p) z_0 + sqrt(1 - p) z_j:
 
         cos = (p + (1 - p) [(1 - 2/d) O + m_cross / d]) / (p + (1 - p) [(1 - 2/d) Y + m_self / d])
 
-    with (Y, O, m_self, m_cross) = rem_pair_moments(T, s, rho = p, d_head), s = sqrt(1 - p)
-    beta sqrt(ln T), d = d_model.  Derivation: for query i the logits are
-    l_ij = c_i + s xi_j^(i), xi_j^(i) = g_i . z_j / |g_i| (g_i = W_K q_i lambda / sqrt(d_head)), a
-    REM over keys; two queries' landscapes correlate rho = g_i . g_k / |g_i||g_k| -> p.  Given
-    the landscapes, each z_j is Gaussian with mean mu_j in the plane of g_i, g_k and the rest
-    (d - 2 dimensions) independent of the attention, so
+    with Y, O, m_self, m_cross the means of rem_pair_moments over pairs whose (s_1, s_2, rho) are
+    drawn by gg_pair_geometry: s = sqrt(1 - p) lambda n, lambda = beta sqrt(ln T), d = d_model.
+    Returns (cos, se) arrays over beta: se is the Monte Carlo standard error (batch means over
+    `batches` groups of pairs; `rows` pairs in all, default max(512, min(4096, 2^22 / T))).
+
+    Derivation: for query i the logits are l_ij = c_i + s_i xi_j^(i), xi_j^(i) = g_i . z_j /
+    |g_i|: a REM over keys; two queries' landscapes correlate rho = cos(g_i, g_k) (-> p as
+    d_head, d_model -> infinity; sampled with its fluctuations, which are of the same order as
+    the 1/d terms below).  Given the landscapes, each z_j is Gaussian with mean mu_j in the plane
+    of g_i, g_k and the rest (d - 2 dimensions) independent of the attention, so
     E|o_i|^2 / d = p + (1 - p) [(1 - 2/d) Y + |sum_j a_ij mu_j|^2 / d] and
-    E o_i . o_k / d = p + (1 - p) [(1 - 2/d) O + (sum_j a_ij mu_j) . (sum_l a_kl mu_l) / d]
-    (terms in z_0 . z_j cancel in the cosine to first order; the query token's own key is
-    neglected, O(1/T)).  The 1/d terms are the finite-width floor: the attended keys are the
-    ones aligned with the query's direction, so each output carries a query-specific component
-    of squared length ~ min(s^2, 2 ln T) (the Gibbs mean of xi); at leading order
-    1 - cos ~ ((1 - p) / p) (Y - O + (1 - p) m / d), m ~ min(s, sqrt(2 ln T))^2, which grows
-    like ln T / d at fixed d: the d -> infinity limit (gg_output_cosine) needs d >> ln T.  As
-    T -> infinity, O -> 0 and Y -> 0 or 1 - beta_c / beta, and as d -> infinity the formula
-    becomes gg_output_cosine."""
+    E o_i . o_k / d = p + (1 - p) [(1 - 2/d) O + (sum_j a_ij mu_j) . (sum_l a_kl mu_l) / d].
+    Neglected: terms in z_0 . z_j (they move numerator and denominator by the same delta, so
+    the cosine by delta (1 - cos): second order), the fluctuation of |z_0|^2 / d and |z_j|^2 / d,
+    and the query token's own key (O(1/T)).  The 1/d terms are the finite-width floor: the
+    attended keys are the ones aligned with the query's direction, so each output carries a
+    query-specific component of squared length ~ min(s^2, 2 ln T) (the Gibbs mean of xi); at
+    leading order 1 - cos ~ ((1 - p) / p) (Y - O + (1 - p) m / d), m ~ min(s, sqrt(2 ln T))^2,
+    which grows like ln T / d at fixed d: the d -> infinity limit (gg_output_cosine) needs
+    d >> ln T.  As T, d_head, d_model -> infinity, O -> 0, Y -> 0 or 1 - beta_c / beta and the
+    formula becomes gg_output_cosine."""
     beta = np.atleast_1d(np.asarray(beta, dtype=float))
-    out = np.empty_like(beta)
+    if rows is None:
+        rows = int(min(4096, max(512, 2**22 // T)))
+    rows = batches * max(1, rows // batches)
+    geo = gg_pair_geometry(p, d_model, d_head, rows, seed=seed)
     d = float(d_model)
+    cos, se = np.empty_like(beta), np.empty_like(beta)
     for i, b in enumerate(beta):
-        s = math.sqrt(1.0 - p) * b * math.sqrt(math.log(T))
-        Y, O, m_self, m_cross = rem_pair_moments(T, s, p, d_head, rows=rows, seed=seed + i)
-        num = p + (1.0 - p) * ((1.0 - 2.0 / d) * O + m_cross / d)
-        den = p + (1.0 - p) * ((1.0 - 2.0 / d) * Y + m_self / d)
-        out[i] = num / den
-    return out
+        s = math.sqrt(1.0 - p) * b * math.sqrt(math.log(T)) * geo[:, :2]
+        m = rem_pair_moments(T, s[:, 0], s[:, 1], geo[:, 2], seed=seed + 1 + i)
+        Y, O, m_self, m_cross = m.reshape(batches, -1, 4).mean(1).T
+        c_B = (p + (1 - p) * ((1 - 2 / d) * O + m_cross / d)) / (
+            p + (1 - p) * ((1 - 2 / d) * Y + m_self / d)
+        )
+        Ya, Oa, msa, mca = m.mean(0)
+        cos[i] = (p + (1 - p) * ((1 - 2 / d) * Oa + mca / d)) / (
+            p + (1 - p) * ((1 - 2 / d) * Ya + msa / d)
+        )
+        se[i] = c_B.std(ddof=1) / math.sqrt(batches)
+    return cos, se
 
 
 def gg_beta_from_knobs(T, q_scale=1.0, k_scale=1.0, temperature=1.0, *, q_std=1.0, k_std=1.0):
@@ -895,10 +930,12 @@ def dong_cubic_term(r_TD, w_qk_HDD, w_v_HDD, d_qk: int) -> np.ndarray:
     rows, the fourth E_ij = O(R^2).  So A_ij = s_j (1 + E_ij - sum_k s_k E_ik) + O(R^4) with
     s = softmax(r) = 1/T + O(R), and A X W_V = 1 x^T W_V + 1 s^T R W_V + A' R W_V: the first
     two terms have identical rows, and A' R W_V = (1/T) E (I - 11^T/T) R W_V + O(R^4) = M +
-    O(R^4) since (I - 11^T / T) R = R.  M is centred (1^T R = 0), so it is the residual itself.
-    Submultiplicativity of ||.||_1 and ||.||_inf then gives the one-layer bound with an explicit
-    constant, ||M||_{1,inf} <= dong_explicit_constant ||R||_{1,inf}^3 (tested): the cubic step
-    of Dong et al., with 1/T where their constant has 4 gamma."""
+    O(R^4) since (I - 11^T / T) R = R.  M is centred (1^T R = 0), so it is the column-mean
+    residual itself (not the theorem's minimising one).  The O(R^4) remainder grows with |x|
+    (through s - 1/T = O(|x W R|)): relative error ~eps |x| for R = eps Z.  Submultiplicativity
+    of ||.||_1 and ||.||_inf then bounds the leading order, ||M||_{1,inf} <=
+    dong_explicit_constant ||R||_{1,inf}^3 (tested): the cubic step of Dong et al. with a
+    constant of another form (1/T, both norms of W_QK, a sum over heads)."""
     r_TD = np.asarray(r_TD, dtype=float)
     logits_HTS = np.einsum("td,hde,se->hts", r_TD, np.asarray(w_qk_HDD, float), r_TD)
     out_TD = np.einsum("hts,sd,hde->te", logits_HTS, r_TD, np.asarray(w_v_HDD, float))
