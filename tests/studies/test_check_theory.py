@@ -206,9 +206,9 @@ def test_claim2_finite_width_prediction_against_simulation():
     by ~0.16 on the annealed side at p = 0.2 (the finite-width floor).  The kernel cosine
     varies from seed to seed by sd ~0.03 (the 64 queries share one set of keys), so 32 seeds
     give a standard error of ~0.0055; the prediction matched an independent 3000-seed numpy
-    brute force to <= 0.0012 (0.8348 / 0.4976 / 0.3229 / 0.2618 vs 0.8354 / 0.4983 / 0.3226 /
-    0.2630 at p = 0.2, beta / beta_c = 0.5 / 1 / 2 / 4; the review of this round), so 0.025
-    (4.5 standard errors) bounds the difference.  Where the limit is off by more than 0.05,
+    brute force to <= 0.0046, within its own Monte Carlo error (experiments/
+    theory_gg_bruteforce.py, docs/theory.md, claim 2), so 0.025 (4.5 standard errors)
+    bounds the difference.  Where the limit is off by more than 0.05,
     the prediction is closer by more than that bound."""
     T, d = 256, 128
     big_errors = 0
