@@ -316,6 +316,12 @@ def activation_kernel(c, activation: str = "gelu") -> tuple[float, float]:
     )
 
 
+def _softmax_rows(l_RT):
+    """Row-wise softmax of a (rows, keys) array (float64, max-subtracted)."""
+    e = np.exp(l_RT - l_RT.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
 def softmax_overlaps(s, c, n: int, *, finite: bool = True, rows: int = 512, seed: int = 0):
     """(Y, Z) for softmax rows over n keys whose logits are i.i.d. N(0, s^2) over the keys:
     Y = E sum_j A_j^2 (a row with itself) and Z = E sum_j A_j A'_j (two rows whose logits have
@@ -328,10 +334,7 @@ def softmax_overlaps(s, c, n: int, *, finite: bool = True, rows: int = 512, seed
     rng = np.random.default_rng(seed)
     l1 = s * rng.standard_normal((rows, n))
     l2 = c * l1 + math.sqrt(max(0.0, 1.0 - c * c)) * s * rng.standard_normal((rows, n))
-    a1 = np.exp(l1 - l1.max(1, keepdims=True))
-    a1 /= a1.sum(1, keepdims=True)
-    a2 = np.exp(l2 - l2.max(1, keepdims=True))
-    a2 /= a2.sum(1, keepdims=True)
+    a1, a2 = _softmax_rows(l1), _softmax_rows(l2)
     return float(np.mean(np.sum(a1 * a1, 1))), float(np.mean(np.sum(a1 * a2, 1)))
 
 
@@ -528,11 +531,6 @@ def rem_pair_moments(T: int, s1, s2, rho, *, seed: int = 0) -> np.ndarray:
             1,
         )
     return out
-
-
-def _softmax_rows(l_RT):
-    e = np.exp(l_RT - l_RT.max(1, keepdims=True))
-    return e / e.sum(1, keepdims=True)
 
 
 def gg_finite_cosine(
