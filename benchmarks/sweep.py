@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from simlab.studies import bench
+from simlab.cli import bench
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,13 +9,11 @@ between neighbouring coordinates on linear axes, geometric midpoints (arithmetic
 log axes, the outer edges extrapolated half a cell.  Whether an axis is logarithmic is taken
 from the sweep's axis space where known, else detected from the spacing (`is_log_spaced`).
 
-CLI: `simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--out FILE.png] [--layer I]
-[--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...]`.
+The command `simlab plot` is simlab.cli.plot.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import warnings
 from collections.abc import Mapping, Sequence
@@ -501,89 +499,3 @@ def plot_results(
     if out is not None:
         save_figure(fig, out)
     return fig, ax
-
-
-# --------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", metavar="DIR", help="output directory of a finished sweep")
-    parser.add_argument("--x", required=True, metavar="AXIS", help="axis on the horizontal")
-    parser.add_argument(
-        "--y",
-        metavar="AXIS",
-        help="axis on the vertical (phase diagram); omit for a 1-D curve with a seed band",
-    )
-    parser.add_argument("--metric", required=True, metavar="NAME", help="metric to plot")
-    parser.add_argument(
-        "--out",
-        metavar="FILE.png",
-        help="output PNG (default DIR/<metric>_<x>_<y>.png or DIR/<metric>_<x>.png)",
-    )
-    parser.add_argument(
-        "--layer", type=int, metavar="I", help="layer of a per-layer metric (default: the last)"
-    )
-    parser.add_argument(
-        "--select",
-        action="append",
-        default=[],
-        metavar="AXIS=VALUE",
-        help="fix another axis at its coordinate nearest VALUE (repeatable)",
-    )
-    parser.add_argument("--contour", metavar="METRIC", help="second metric drawn as contour lines")
-    parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")
-
-
-def _parse_select(items: Sequence[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for s in items or ():
-        name, eq, val = s.partition("=")
-        name, val = name.strip(), val.strip()
-        if not eq or not name or not val:
-            raise ConfigError(f"--select {s!r}: expected AXIS=VALUE")
-        try:
-            out[name] = float(val)
-        except ValueError:
-            raise ConfigError(f"--select {s!r}: {val!r} is not a number") from None
-    return out
-
-
-def _parse_levels(s: str | None):
-    if s is None:
-        return None
-    try:
-        levels = [float(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"--levels {s!r}: expected numbers separated by commas") from None
-    if not levels:
-        raise ConfigError(f"--levels {s!r}: no levels given")
-    return levels
-
-
-def cli_main(args) -> int:
-    select = _parse_select(args.select)
-    levels = _parse_levels(args.levels)
-    from simlab.engine import results
-
-    res = results.load(args.dir)
-    if args.out is not None:
-        from simlab.engine.store import check_writable
-
-        if str(args.out).strip() == "" or Path(args.out).is_dir():
-            raise ConfigError(f"--out: {args.out!r} must name a figure file (e.g. plot.png)")
-        check_writable(Path(args.out).parent, "--out")
-        out = Path(args.out)
-    else:
-        stem = "_".join(p for p in (args.metric, args.x, args.y) if p)
-        out = Path(args.dir) / f"{stem}.png"
-    plot_results(
-        res,
-        x=args.x,
-        y=args.y,
-        metric=args.metric,
-        layer=args.layer,
-        select=select,
-        contour=args.contour,
-        contour_levels=levels,
-        out=out,
-    )
-    print(f"wrote {out}")
-    return 0

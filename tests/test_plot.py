@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from simlab import plot
+from simlab.cli import plot as plot_cli
 from simlab.engine import results
 from simlab.errors import ConfigError
 
@@ -257,14 +258,14 @@ def test_plot_results_errors_name_the_axis(sweep):
 # ------------------------------------------------------------------ CLI
 def _args(*argv):
     p = argparse.ArgumentParser()
-    plot.add_arguments(p)
+    plot_cli.add_arguments(p)
     return p.parse_args([str(a) for a in argv])
 
 
 def test_cli_writes_default_path(sweep, capsys):
     _, d = sweep
     assert (
-        plot.cli_main(
+        plot_cli.cli_main(
             _args(
                 d,
                 "--x",
@@ -286,7 +287,7 @@ def test_cli_writes_default_path(sweep, capsys):
     out = d / "m_a_b.png"
     assert mpimg.imread(out).shape[:2] == (720, 960)
     assert (
-        plot.cli_main(
+        plot_cli.cli_main(
             _args(
                 d,
                 "--x",
@@ -320,7 +321,7 @@ def test_cli_user_errors_leave_no_file(sweep, extra, match):
     _, d = sweep
     before = sorted(p.name for p in d.iterdir())
     with pytest.raises(ConfigError, match=match):
-        plot.cli_main(
+        plot_cli.cli_main(
             _args(d, "--x", "a", "--y", "b", "--metric", "m", "--out", d / "f.png", *extra)
         )
     assert sorted(p.name for p in d.iterdir()) == before

@@ -1,4 +1,4 @@
-"""`simlab info DIR`: what a sweep directory holds — the summary of its results (axes, metrics
+"""What a sweep directory holds (`simlab info DIR`) — the summary of its results (axes, metrics
 with shapes and ranges, sizes, seeds), versions and timings, or for an unfinished sweep the
 chunks done and missing."""
 
@@ -9,11 +9,6 @@ from pathlib import Path
 
 from simlab.engine import results
 from simlab.errors import ResultsError
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("dir", help="a sweep directory")
-    parser.add_argument("--config", action="store_true", help="also print the resolved config")
 
 
 def describe(out: Path, with_config: bool = False) -> str:
@@ -65,8 +60,3 @@ def describe(out: Path, with_config: bool = False) -> str:
     if with_config and config is not None:
         lines.append(json.dumps(config, indent=2))
     return "\n".join(lines)
-
-
-def cli_main(args) -> int:
-    print(describe(Path(args.dir), args.config))
-    return 0

@@ -38,7 +38,6 @@ mechanism, temp_corr, qknorm, depth (experiments/*.toml).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import math
@@ -594,38 +593,3 @@ def reproduce(
         if not quiet:
             print(f"      {len(drawn)} figures in {done[n][1]:.1f} s", flush=True)
     return done
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="small sizes (the whole set in about 20 s on 2 CPU cores)",
-    )
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        metavar="NAME",
-        help="experiments (groups) or single configs of experiments/ to run",
-    )
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="figure directory (default figures/, or figures/quick with --quick)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
-    from simlab.engine.sweep import add_cache_argument, add_set_argument
-
-    add_set_argument(parser)
-
-    add_cache_argument(parser)
-
-
-def cli_main(args) -> int:
-    from simlab.engine.sweep import apply_cache_argument
-
-    apply_cache_argument(args)
-    done = reproduce(args.only, args.out, args.quick, args.quiet, sets=tuple(args.set or ()))
-    total = sum(s for _, s in done.values())
-    print(f"reproduce: {sum(len(f) for f, _ in done.values())} figures in {total:.1f} s")
-    return 0

@@ -54,10 +54,12 @@ def test_factored_point_equals_plain_point(kind, causal):
 
 
 def test_micro_batch_of_one_point_equals_point_loop():
-    """sweep.micro_batch_fn calls lab.point without vmap for a micro-batch of one point: the
-    results match jit(lab.point) per point and do not depend on the chunk size."""
+    """micro_batch_fn (simlab.engine.compile) calls lab.point without vmap for a micro-batch of
+    one point: the results match jit(lab.point) per point and do not depend on the chunk
+    size."""
+    from simlab.engine.compile import grid_knobs
     from simlab.engine.config import load_config
-    from simlab.engine.sweep import grid_knobs, run_sweep
+    from simlab.engine.sweep import run_sweep
 
     cfg = {
         "block": {"kind": "post_ln", "d_model": 16, "n_heads": 2},

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import simlab
-from simlab.cli import available_commands, main
+from simlab.cli import COMMANDS, main
 
 TINY = """
 [block]
@@ -53,7 +53,7 @@ def write(tmp_path, text, name="cfg.toml"):
 def test_help():
     r = subprocess.run([sys.executable, "-m", "simlab", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "sweep" in r.stdout
-    for name in available_commands():
+    for name in COMMANDS:
         with pytest.raises(SystemExit) as e:
             main([name, "--help"])
         assert e.value.code == 0, name

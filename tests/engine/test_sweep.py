@@ -15,16 +15,10 @@ import pytest
 
 import simlab
 from simlab.core import knobs
+from simlab.engine.compile import grid_knobs, jaxpr_bytes, jitted, local_mesh, micro_batch_fn
 from simlab.engine.config import load_config
 from simlab.engine.store import make_layout
-from simlab.engine.sweep import (
-    grid_knobs,
-    jaxpr_bytes,
-    jitted,
-    local_mesh,
-    micro_batch_fn,
-    run_sweep,
-)
+from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
 
 from conftest import ToyLab

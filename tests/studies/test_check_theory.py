@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from simlab import theory
+from simlab.cli import check_theory as check_theory_cli
 from simlab.studies import check_theory
 from simlab.studies.check_theory import (
     chen_scaling,
@@ -528,7 +529,7 @@ def test_cli_tiny_run_prints_table_json_and_figure(tmp_path, capsys):
     """The command end to end at tiny sizes, read from its own config dir (--config-dir)."""
     (tmp_path / "theory_rem_entropy.toml").write_text(TINY_REM)
     parser = argparse.ArgumentParser()
-    check_theory.add_arguments(parser)
+    check_theory_cli.add_arguments(parser)
     args = parser.parse_args(
         [
             "--quick",
@@ -542,7 +543,7 @@ def test_cli_tiny_run_prints_table_json_and_figure(tmp_path, capsys):
             str(tmp_path / "out.json"),
         ]
     )
-    assert check_theory.cli_main(args) == 0
+    assert check_theory_cli.cli_main(args) == 0
     out = capsys.readouterr().out
     assert "1 rem_entropy" in out and "verdict" in out and "wall time" in out
     assert (tmp_path / "fig" / "theory_rem_entropy.png").stat().st_size > 10_000

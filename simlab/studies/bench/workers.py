@@ -133,8 +133,8 @@ def worker_loop(config: dict, loop_points: int | None) -> dict[str, Any]:
     import numpy as np
 
     from simlab.core.lab import Lab
+    from simlab.engine.compile import grid_knobs
     from simlab.engine.config import load_config
-    from simlab.engine.sweep import grid_knobs
 
     out = _baseline()
     cfg = load_config(config)

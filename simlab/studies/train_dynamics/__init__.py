@@ -46,7 +46,6 @@ defined here.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import time
@@ -64,54 +63,21 @@ from simlab.studies.train_dynamics.report import (
     summarize,
 )
 
-__all__ = ["TrainConfig", "load", "run", "summarize", "overall", "format_summary", "make_figures"]
+__all__ = [
+    "TrainConfig",
+    "load",
+    "run",
+    "study",
+    "summarize",
+    "overall",
+    "format_summary",
+    "make_figures",
+]
 
 # --corpus takes corpus names, task names (every corpus of that task) and "all" (every corpus)
 GROUPS = {"all": tuple(corpus.CORPORA)} | {
     t: tuple(n for n, (task, _) in corpus.CORPORA.items() if task == t) for t in corpus.TASKS
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`simlab train-dynamics` arguments."""
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="small model, few steps (about 1 min on 2 CPU cores)",
-    )
-    parser.add_argument(
-        "--corpus",
-        nargs="+",
-        choices=tuple(corpus.CORPORA) + tuple(g for g in GROUPS if g not in corpus.CORPORA),
-        default=None,
-        metavar="CORPUS",
-        help="corpora to run: names ("
-        + ", ".join(corpus.CORPORA)
-        + "), a task ("
-        + ", ".join(corpus.TASKS)
-        + ") or all (default: train.corpora of the experiment TOML)",
-    )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="output directory: OUT/<corpus>/results.npz + meta.json, OUT/summary.json "
-        "(default runs/train-dynamics[-quick])",
-    )
-    parser.add_argument(
-        "--figures",
-        default=None,
-        help="figure directory (default: figures/ for a full run, figures/quick/ for --quick)",
-    )
-    parser.add_argument("--no-figures", action="store_true", help="write no figures")
-    parser.add_argument("--steps", type=int, default=None, help="override the number of steps")
-    parser.add_argument("--seeds", type=int, default=None, help="training seeds (default 3)")
-    parser.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--plot-only",
-        action="store_true",
-        help="do not train: reload OUT/<corpus> and redraw the figures and summary",
-    )
 
 
 def selected(cfg: TrainConfig, names) -> tuple[str, ...]:
@@ -122,21 +88,28 @@ def selected(cfg: TrainConfig, names) -> tuple[str, ...]:
     return tuple(n for n in corpus.CORPORA if n in chosen)
 
 
-def cli_main(args) -> int:
-    """Check everything, build each corpus, then train on each, save results, print the
-    summaries and the overall verdict, draw the figures."""
-    overrides = {
-        n: getattr(args, n) for n in ("steps", "seeds", "seed") if getattr(args, n) is not None
-    }
-    cfg = load(args.quick, overrides)
+def study(
+    quick: bool = False,
+    overrides: dict | None = None,
+    corpora=None,
+    out: str | Path | None = None,
+    figures: str | Path | None = None,
+    quiet: bool = False,
+    plot_only: bool = False,
+    log=print,
+) -> dict:
+    """Check everything, build each corpus, then train on each (or, plot_only, reload OUT/<corpus>),
+    save results and OUT/summary.json, log the summaries and the overall verdict, draw the
+    figures into `figures` (None: none). Returns the summary."""
+    cfg = load(quick, overrides or {})
     from simlab.engine.store import check_writable
 
     out = check_writable(
-        args.out or ("runs/train-dynamics-quick" if args.quick else "runs/train-dynamics"), "--out"
+        out or ("runs/train-dynamics-quick" if quick else "runs/train-dynamics"), "--out"
     )
-    names = selected(cfg, args.corpus)
+    names = selected(cfg, corpora)
     cfgs = {n: dataclasses.replace(cfg, corpus=n) for n in names}
-    if args.plot_only:
+    if plot_only:
         for n in names:
             results.load(out / n)  # a missing run is a ResultsError before anything is written
     else:
@@ -144,28 +117,23 @@ def cli_main(args) -> int:
             corpus.floors(c.corpus_spec(), c.context + 1)
     t0, runs, summary = time.perf_counter(), {}, {}
     for n in names:
-        runs[n] = results.load(out / n) if args.plot_only else run(cfgs[n], out / n, args.quiet)
+        runs[n] = results.load(out / n) if plot_only else run(cfgs[n], out / n, quiet)
         summary[n] = summarize(runs[n])
-        print(format_summary(n, summary[n]), flush=True)
+        log(format_summary(n, summary[n]))
     summary["overall"] = overall({n: summary[n] for n in names})
-    print(format_overall(summary["overall"]))
+    log(format_overall(summary["overall"]))
     old = out / "summary.json"
     summary["wall_time_s"] = (
         json.loads(old.read_text()).get("wall_time_s")
-        if args.plot_only and old.exists()
+        if plot_only and old.exists()
         else time.perf_counter() - t0
     )
     results.atomic_write_bytes(old, json.dumps(summary, indent=2).encode())
-    if not args.no_figures:
-        fig_dir = (
-            Path(args.figures)
-            if args.figures
-            else (Path("figures/quick") if args.quick else Path("figures"))
-        )
-        for p in make_figures(runs, fig_dir):
-            print(f"figure: {p}")
-    print(
+    if figures is not None:
+        for p in make_figures(runs, Path(figures)):
+            log(f"figure: {p}")
+    log(
         f"results in {out}/<corpus> (simlab.load), summary in {out / 'summary.json'}; "
         f"wall time {time.perf_counter() - t0:.0f} s"
     )
-    return 0
+    return summary

@@ -1,16 +1,15 @@
-"""The `simlab` command: subcommands, each in its own module, imported only when chosen.
+"""The `simlab` command: one module of simlab.cli per subcommand, imported only when chosen.
 
-A subcommand module exposes `add_arguments(parser)` and `cli_main(args) -> int`.  Modules that
-are not installed are left out of the list.  User errors (simlab.errors.ConfigError, a
-missing file, bad TOML) print "simlab: error: <message>" and exit with code 2 before any
-output is written.
+A command module exposes `add_arguments(parser)` and `cli_main(args) -> int`; it parses and
+prints, and calls library functions that take plain arguments (never argv). User errors
+(simlab.errors.ConfigError, a missing file, bad TOML) print "simlab: error: <message>" and exit
+with code 2 before any output is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 import tomllib
 
@@ -18,21 +17,21 @@ from simlab.errors import ConfigError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sweep": ("simlab.engine.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
-    "merge": ("simlab.engine.merge", "finish a sweep directory that --worker runs filled"),
-    "info": ("simlab.engine.info", "what a sweep directory holds (axes, metrics, sizes, chunks)"),
-    "export": ("simlab.engine.export", "write a finished sweep as a netCDF file (xarray)"),
-    "plot": ("simlab.plot", "plot phase diagrams and curves from a finished sweep"),
-    "reproduce": ("simlab.studies.reproduce", "reproduce the reference figures"),
+    "sweep": ("simlab.cli.sweep", "run a sweep (grid of knobs x seeds) from a TOML config"),
+    "merge": ("simlab.cli.merge", "finish a sweep directory that --worker runs filled"),
+    "info": ("simlab.cli.info", "what a sweep directory holds (axes, metrics, sizes, chunks)"),
+    "export": ("simlab.cli.export", "write a finished sweep as a netCDF file (xarray)"),
+    "plot": ("simlab.cli.plot", "plot phase diagrams and curves from a finished sweep"),
+    "reproduce": ("simlab.cli.reproduce", "reproduce the reference figures"),
     "check-theory": (
-        "simlab.studies.check_theory",
+        "simlab.cli.check_theory",
         "compare simulations with closed-form predictions",
     ),
     "train-dynamics": (
-        "simlab.studies.train_dynamics",
+        "simlab.cli.train_dynamics",
         "follow sharpness and anisotropy during training",
     ),
-    "bench": ("simlab.studies.bench", "time the sweep engine against its peers"),
+    "bench": ("simlab.cli.bench", "time the sweep engine against its peers"),
 }
 
 
@@ -47,13 +46,8 @@ def version() -> str:
         return "unknown"
 
 
-def available_commands() -> dict[str, tuple[str, str]]:
-    """The COMMANDS whose module exists (found without importing it)."""
-    return {n: (m, h) for n, (m, h) in COMMANDS.items() if importlib.util.find_spec(m) is not None}
-
-
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    """Parser with every available subcommand; only the one named in argv is imported."""
+    """Parser with every subcommand; only the one named in argv is imported."""
     parser = argparse.ArgumentParser(
         prog="simlab",
         description="simlab: attention sharpness vs anisotropy of untrained Transformer blocks",
@@ -61,7 +55,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"simlab {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
-    for name, (module, help_) in available_commands().items():
+    for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         if name == chosen:
             mod = importlib.import_module(module)

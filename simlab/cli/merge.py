@@ -1,0 +1,23 @@
+"""`simlab merge DIR`: finish a sweep directory that workers filled (simlab.engine.merge)."""
+
+from __future__ import annotations
+
+from simlab.cli.args import add_cache_argument, apply_cache_argument
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("dir", help="a sweep directory (holds sweep.json)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cache_argument(parser)
+
+
+def cli_main(args) -> int:
+    from simlab.engine.merge import merge_directory
+
+    apply_cache_argument(args)
+    res = merge_directory(args.dir, args.quiet)
+    print(
+        f"merged {args.dir}: results.npz + meta.json ({res.meta.get('chunks_computed', 0)} "
+        f"chunks computed now, {res.meta.get('chunks_reused', 0)} reused)"
+    )
+    return 0

@@ -1,0 +1,77 @@
+"""`simlab sweep CONFIG.toml | --default`: run, resume or load a sweep (simlab.engine.sweep)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simlab.cli.args import (
+    add_cache_argument,
+    add_set_argument,
+    add_worker_arguments,
+    apply_cache_argument,
+    init_distributed,
+    parse_worker,
+)
+from simlab.errors import ConfigError
+
+
+def add_arguments(parser) -> None:
+    """`simlab sweep` arguments."""
+    parser.add_argument(
+        "config", nargs="?", help="sweep config (TOML); see experiments/quickstart.toml"
+    )
+    parser.add_argument(
+        "--default",
+        action="store_true",
+        help="use the embedded default config (simlab/configs/default.toml)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output directory (resumes if it holds this sweep; default runs/<config name>, "
+        "runs/default for --default)",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="points per compiled call (memory only; default: from sweep.memory_budget_mb)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_set_argument(parser)
+    add_cache_argument(parser)
+    add_worker_arguments(parser)
+
+
+def cli_main(args) -> int:
+    """Run `simlab sweep`; print where the results are."""
+    from simlab.engine.config import apply_overrides, default_config_path, read_toml
+    from simlab.engine.schedule import worker_from_env
+    from simlab.engine.sweep import run_sweep
+
+    apply_cache_argument(args)
+    if (args.config is None) == (not args.default):
+        raise ConfigError("sweep: give either CONFIG.toml or --default (exactly one)")
+    config = default_config_path() if args.default else args.config
+    if args.out is None:
+        args.out = str(Path("runs") / ("default" if args.default else Path(config).stem))
+        print(f"output directory: {args.out} (--out to choose another)")
+    if args.set:
+        config = apply_overrides(read_toml(config), args.set)
+    worker = parse_worker(args.worker) if args.worker else worker_from_env()
+    init_distributed(args)
+    res = run_sweep(
+        config, out=args.out, chunk_size=args.chunk_size, quiet=args.quiet, worker=worker
+    )
+    if res is None:
+        print(
+            f"worker {worker[0]}/{worker[1]}: its chunks are in {Path(args.out) / 'chunks'}; "
+            f"`simlab merge {args.out}` (or the same `simlab sweep` without --worker) merges"
+        )
+        return 0
+    shape = "x".join(map(str, next(iter(res.metrics.values())).shape))
+    print(
+        f"results in {Path(args.out)}: results.npz + meta.json ({len(res.metrics)} metrics, "
+        f"shape {shape})"
+    )
+    return 0
