@@ -1,6 +1,11 @@
 """Shared test helpers: the independent numpy (float64) oracles of the physics, and a tiny toy
 model with the simlab.core.lab.Lab protocol. (pyproject.toml puts tests/ on the path:
-`from conftest import np_layer`.)"""
+`from conftest import np_layer`.)
+
+The test process has CPU_DEVICES forced CPU devices (set here, before jax starts its backend,
+as equinox does), so multi-device sweeps run in-process (`run_sweep(..., devices=N)`); a sweep
+uses one device unless a test asks for more ($SIMLAB_DEVICES=1, inherited by subprocesses).
+Float64 checks run in-process under `jax.enable_x64(True)`."""
 
 from __future__ import annotations
 
@@ -10,6 +15,10 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+CPU_DEVICES = 4
+jax.config.update("jax_num_cpu_devices", CPU_DEVICES)
+os.environ.setdefault("SIMLAB_DEVICES", "1")
 
 
 def _cos(x_BTD):

@@ -37,6 +37,14 @@ def add_arguments(parser) -> None:
         default=None,
         help="points per compiled call (memory only; default: from sweep.memory_budget_mb)",
     )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="shard over the first N local devices (default: $SIMLAB_DEVICES, else all); "
+        "the numbers do not depend on it",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_set_argument(parser)
     add_cache_argument(parser)
@@ -61,7 +69,12 @@ def cli_main(args) -> int:
     worker = parse_worker(args.worker) if args.worker else worker_from_env()
     init_distributed(args)
     res = run_sweep(
-        config, out=args.out, chunk_size=args.chunk_size, quiet=args.quiet, worker=worker
+        config,
+        out=args.out,
+        chunk_size=args.chunk_size,
+        quiet=args.quiet,
+        worker=worker,
+        devices=args.devices,
     )
     if res is None:
         print(

@@ -14,6 +14,7 @@ the Lab take the plain path; none does today. A new metric is one entry (docs/ex
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import jax
@@ -140,12 +141,14 @@ class Shared:
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """One metric: fn(Shared) -> () array, the Layer fields it reads, its definition."""
+    """One metric: fn(Shared) -> () array, the Layer fields it reads, its definition, and its
+    exact mathematical range [low, high] (checked by simlab.testing on every path)."""
 
     name: str
     fn: Callable[[Shared], jax.Array]
     reads: tuple[str, ...]
     doc: str
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
 
 def _cos_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
@@ -155,12 +158,14 @@ def _cos_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
             lambda c: c.cos(field)[0],
             (field,),
             f"mean pairwise cosine over the n(n-1) distinct pairs of all B*T tokens of {what}",
+            (-1.0, 1.0),
         ),
         Metric(
             f"{tag}_cos_within",
             lambda c: c.cos(field)[1],
             (field,),
             f"the same within each sequence, averaged over sequences ({what})",
+            (-1.0, 1.0),
         ),
     )
 
@@ -182,38 +187,56 @@ METRICS: dict[str, Metric] = {
             lambda c: c.cos("y")[0] - c.cos("x")[0],
             ("y", "x"),
             "out_cos - input_cos: the anisotropy the block adds to its input",
+            (-2.0, 2.0),
         ),
         Metric(
             "attn_entropy",
             lambda c: entropy_of_rows(c.layer.row_entropy, c.layer.x.shape[1], c.causal),
             ("row_entropy",),
             "mean over rows of H(w_i) / log(n_i): 1 uniform, 0 one-hot",
+            (0.0, 1.0),
         ),
         Metric(
             "attn_max",
             lambda c: jnp.mean(c.layer.row_max),
             ("row_max",),
             "mean over rows of max_j w_ij",
+            (0.0, 1.0),
         ),
         Metric(
             "stable_rank",
             lambda c: stable_rank(c.layer.y),
             ("y",),
             "per sequence ||Y||_F^2 / ||Y||_2^2 of the output, averaged",
+            (0.0, math.inf),
         ),
         Metric(
             "attn_residual_ratio",
             lambda c: residual_ratio(c.layer.attn, c.layer.x),
             ("attn", "x"),
             "mean over tokens of |Attn_i| / |x_i|: the attention update against its input",
+            (0.0, math.inf),
         ),
-        Metric("q_mean_norm", _qk(0), ("q_mean",), "per head |mean shaped query|, averaged"),
-        Metric("k_mean_norm", _qk(1), ("k_mean",), "per head |mean shaped key|, averaged"),
+        Metric(
+            "q_mean_norm",
+            _qk(0),
+            ("q_mean",),
+            "per head |mean shaped query|, averaged",
+            (0.0, math.inf),
+        ),
+        Metric(
+            "k_mean_norm",
+            _qk(1),
+            ("k_mean",),
+            "per head |mean shaped key|, averaged",
+            (0.0, math.inf),
+        ),
         Metric(
             "qk_mean_cos",
             _qk(2),
             ("q_mean", "k_mean"),
             "per head cos(mean query, mean key) (0 if one is zero), averaged",
+            (-1.0, 1.0),
         ),
     )
 }

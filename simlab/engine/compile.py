@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping
 
 import jax
@@ -25,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from simlab.engine.config import SweepConfig
 from simlab.engine.store import Layout
+from simlab.errors import ConfigError
 
 
 def knob_dtype() -> np.dtype:
@@ -79,9 +81,25 @@ def chunk_fn(lab, names: tuple[str, ...], mesh) -> Callable:
     )
 
 
-def local_mesh() -> Mesh:
-    """A 1-D mesh over all local devices, axis "points"."""
-    return Mesh(np.array(jax.local_devices()), ("points",))
+# Environment variable: how many local devices a sweep shards over by default (unset: all).
+DEVICES_ENV = "SIMLAB_DEVICES"
+
+
+def local_mesh(devices: int | None = None) -> Mesh:
+    """A 1-D mesh, axis "points", over the first `devices` local devices (None: $SIMLAB_DEVICES
+    if set, else all). The device count never changes the numbers (the module docstring)."""
+    have = jax.local_devices()
+    where = "devices"
+    if devices is None and os.environ.get(DEVICES_ENV, "").strip():
+        where, devices = DEVICES_ENV, os.environ[DEVICES_ENV].strip()
+        try:
+            devices = int(devices)
+        except ValueError:
+            raise ConfigError(f"{where}: {devices!r} is not a number of devices") from None
+    n = len(have) if devices is None else devices
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(have):
+        raise ConfigError(f"{where}: {n!r} is not in 1..{len(have)} (the local devices)")
+    return Mesh(np.array(have[:n]), ("points",))
 
 
 @functools.lru_cache(maxsize=16)

@@ -148,6 +148,7 @@ def run_sweep(
     lab=None,
     on_chunk: Callable[[ChunkInfo], None] | None = None,
     worker: tuple[int, int] | None = None,
+    devices: int | None = None,
 ) -> results.Results | None:
     """Run (or resume, or load) a sweep and return its Results.
 
@@ -162,6 +163,8 @@ def run_sweep(
     merging; a later plain run (or `simlab merge`) computes what is missing and merges. Needs
     `out`. Under jax.distributed with `out`, process i takes share (i, process_count), process 0
     then finishes and merges, and every process returns the merged Results.
+    devices: how many local devices to shard over (None: $SIMLAB_DEVICES, else all); the
+    numbers never depend on it.
     """
     t0 = time.perf_counter()
     tables = _tables(config)
@@ -177,6 +180,7 @@ def run_sweep(
     if chunk_size is not None:
         tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
     cfg = load_config(tables)
+    mesh = local_mesh(devices)
     lab, names = build_lab(cfg, lab)
     cfg = resolve_micro_batch(cfg, lab)
     resolved = cfg.to_dict()
@@ -197,15 +201,15 @@ def run_sweep(
                 coord.clean()
             coord.tidy()
         return results.load(out_dir)
-    preflight(cfg, lab, names)
+    preflight(cfg, lab, names, mesh)
     distributed = worker is not None and jax.process_count() > 1 and worker[1] > 1
-    res = compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker)
+    res = compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, mesh)
     if distributed:  # process 0 merged (it waits for every unit); the others wait for it
         return res if res is not None else wait_for_results(out_dir)
     return res
 
 
-def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
+def preflight(cfg: SweepConfig, lab, names, mesh) -> dict[str, int]:
     """Refuse (ConfigError) a sweep whose seed state, micro-batch and results cannot fit in
     memory (simlab.engine.memory), before anything is computed or written."""
     swept = [k for a in cfg.axes for k in a.knobs]
@@ -218,7 +222,7 @@ def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
         kn = {k: jax.ShapeDtypeStruct((), knob_dtype()) for k in (*cfg.knobs, *swept)}
         out = jax.eval_shape(lab.point, state, kn)
         per_point = sum(math.prod(out[k].shape) for k in names)
-    seed_state = jitted(lab, names, local_mesh())[0]  # eval_shape's trace is reused by lower
+    seed_state = jitted(lab, names, mesh)[0]  # eval_shape's trace is reused by lower
     return memory.check_fits(cfg, lab, names, seed_state, micro, per_point, knob_dtype().itemsize)
 
 
@@ -291,11 +295,10 @@ class ChunkRunner:
 
 
 def compute(
-    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker=None
+    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, mesh
 ) -> results.Results | None:
-    """Compute the missing chunks (this writer's share), then, unless a worker, wait for the
-    rest, merge and save (after all validation has passed)."""
-    mesh = local_mesh()
+    """Compute the missing chunks (this writer's share) on the devices of `mesh`, then, unless
+    a worker, wait for the rest, merge and save (after all validation has passed)."""
     devices = list(mesh.devices.flat)
     st = cfg.sweep
     layout, layout_meta = choose_layout(cfg, lab, names, len(devices))

@@ -1,0 +1,349 @@
+"""Conformance checks: what simlab's own tests run for every registry entry, one call per kind of
+entry, so that a new block kind, input kind or metric (built in or a plugin's) gets the
+project's guarantees with one test:
+
+    from simlab import testing
+    def test_my_block():
+        testing.check_block_kind("sandwich")
+
+Each check builds small labs (d_model 16, 4 heads, depth 2, fan_in init, 2 x 12 tokens) that use
+the entry, and asserts:
+  paths      the default Lab (hoisted projections, factored logits where the block allows,
+             tiles small enough that every tile loop runs) and the hoisted-only Lab equal the
+             plain oracle Lab(hoist=False, factor=False, tiled=False) within PATH_TOL (float32
+             rounding: the same math, reassociated), at knob points that really differ;
+  float64    the same seed under `jax.enable_x64(True)` draws the same sample (every random
+             number is drawn in float32 and cast) and agrees with float32 within X64_TOL;
+  extremes   every metric finite at the corners of the knobs' promised ranges (docs/config.md,
+             "Numerics") and inside its declared mathematical range `Metric.bounds`;
+  identity   `run_sweep` gives bit-identical arrays for chunk sizes of one and of many
+             micro-batches and on one and several devices (when the process has several:
+             XLA_FLAGS=--xla_force_host_platform_device_count=N, or jax's `jax_num_cpu_devices`).
+The building blocks (`block_cases`, `input_cases`, `path_outputs`, ...) run many labs in one
+compiled call, which compiles about twice as fast as one call per lab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simlab.core.block import BLOCKS
+from simlab.core.inputs import INPUTS
+from simlab.core.knobs import KNOB_DEFAULTS, KNOBS, inert_knobs
+from simlab.core.lab import Lab, knob_arrays
+from simlab.core.metrics import METRICS
+from simlab.core.spec import BlockSpec, InputSpec
+
+PATH_TOL = 2e-5  # absolute and relative: ~20x the float32 reassociation measured on these sizes
+X64_TOL = 1e-4  # float64 vs float32 on the same sample
+BOUND_TOL = 1e-5  # a metric may pass its exact bound by a few float32 ulp
+SEED = 0
+
+# knob points at which the paths are compared: the defaults, a point moving every common knob,
+# and a sharp point
+POINTS: tuple[dict[str, float], ...] = (
+    {},
+    dict(
+        q_scale=4.0,
+        k_scale=0.5,
+        temperature=0.5,
+        q_shift=1.5,
+        k_shift=2.0,
+        drift_norm=2.5,
+        input_corr=0.3,
+        attn_residual=0.5,
+        mlp_residual=0.8,
+        qk_norm_gain=2.0,
+    ),
+    dict(q_scale=30.0, k_scale=30.0, drift_norm=10.0),
+)
+# the corners of the promised knob ranges (docs/config.md, "Numerics")
+EXTREMES: dict[str, tuple[float, ...]] = dict(
+    lam=(0.0, 1e6),
+    temperature=(1e-6, 1e6),
+    drift_norm=(0.0, 1e8),
+    q_shift=(0.0, 1e8),
+    qk_norm_gain=(1e-6, 1e6),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One small lab: a block spec and an input spec (and the metrics to compute)."""
+
+    block: BlockSpec
+    inputs: InputSpec
+    metrics: tuple[str, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        b = self.block
+        return f"{b.kind}-{self.inputs.kind}-causal{b.causal}-{b.qk_norm}" + (
+            "-nomlp" if not b.mlp else ""
+        )
+
+    def lab(self, **kw) -> Lab:
+        return Lab(self.block, self.inputs, self.metrics, **kw)
+
+    def knob_points(self, points: Sequence[Mapping[str, float]]) -> list[dict[str, float]]:
+        """The points without the knobs this case ignores (an inert knob stays at its default)."""
+        inert = inert_knobs(self.block, self.inputs)
+        return [{k: v for k, v in p.items() if k not in inert} for p in points]
+
+
+def small_block(kind: str, **kw) -> BlockSpec:
+    base = dict(kind=kind, d_model=16, n_heads=4, mlp_ratio=2, depth=2, init="fan_in")
+    return BlockSpec(**{**base, **kw})
+
+
+def small_inputs(kind: str, **kw) -> InputSpec:
+    base = dict(kind=kind, batch=2, length=12, vocab=40, embed_std=1.0)
+    return InputSpec(**{**base, **kw})
+
+
+def block_cases(kinds: Iterable[str] | None = None) -> list[Case]:
+    """Two cases per block kind: (not causal, no QK-norm, gaussian inputs) and (causal,
+    LayerNorm QK-norm, embedding inputs)."""
+    out = []
+    for kind in BLOCKS if kinds is None else kinds:
+        out.append(Case(small_block(kind), small_inputs("gaussian")))
+        out.append(
+            Case(small_block(kind, causal=True, qk_norm="layernorm"), small_inputs("embedding"))
+        )
+    return out
+
+
+def input_cases(kinds: Iterable[str] | None = None) -> list[Case]:
+    """Two cases per input kind: a post-LN block (hoisted and factored paths) and a causal
+    pre-LN block (a norm before the projections: the plain path)."""
+    out = []
+    for kind in INPUTS if kinds is None else kinds:
+        out.append(Case(small_block("post_ln"), small_inputs(kind)))
+        out.append(Case(small_block("pre_ln", causal=True), small_inputs(kind)))
+    return out
+
+
+def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
+    """The fewest cases in which every block kind and every input kind appears: the block kinds
+    and the input kinds each cycled, variants alternating between (not causal, no QK-norm) and
+    (causal, LayerNorm QK-norm)."""
+    kinds, inputs = list(BLOCKS), list(INPUTS)
+    n = max(len(kinds), len(inputs))
+    out = []
+    for i in range(n):
+        variant = {} if i % 2 == 0 else dict(causal=True, qk_norm="layernorm")
+        out.append(
+            Case(
+                small_block(kinds[i % len(kinds)], **variant),
+                small_inputs(inputs[i % len(inputs)]),
+                None if metrics is None else tuple(metrics),
+            )
+        )
+    return out
+
+
+def metric_cases(names: Sequence[str]) -> list[Case]:
+    """One case per block kind (inputs rotating over the input kinds), computing `names`."""
+    inputs = itertools.cycle(INPUTS)
+    return [Case(small_block(kind), small_inputs(next(inputs)), tuple(names)) for kind in BLOCKS]
+
+
+def _stacked(points: Sequence[Mapping[str, float]]) -> dict[str, jax.Array]:
+    arrays = [knob_arrays(p) for p in points]
+    return {k: jnp.stack([a[k] for a in arrays]) for k in KNOB_DEFAULTS}
+
+
+def _run(labs: Sequence[Lab], points: Sequence[Sequence[Mapping[str, float]]]):
+    """Every lab at its points (vmapped), all in one compiled call; metrics as float64 numpy."""
+    states = [lab.seed_state(jax.random.PRNGKey(SEED)) for lab in labs]
+    kns = [_stacked(p) for p in points]
+    outs = jax.jit(
+        lambda sts, ks: [
+            jax.vmap(lab.point, in_axes=(None, 0))(st, k) for lab, st, k in zip(labs, sts, ks)
+        ]
+    )(states, kns)
+    return [{k: np.asarray(v, np.float64) for k, v in o.items()} for o in outs]
+
+
+# ------------------------------------------------------------------------------ paths
+PATHS = {
+    "plain": dict(hoist=False, factor=False, tiled=False),
+    "hoisted": dict(hoist=True, factor=False, tiled=False),
+    "default": dict(tile_elements=2 * 4 * 12),  # 2 query rows x 4 heads x 12 keys per tile
+}
+
+
+def path_outputs(cases: Sequence[Case], points=POINTS) -> list[dict[str, dict]]:
+    """Per case: path name -> metric -> (points, depth) array (one compiled call for all)."""
+    labs = [c.lab(**kw) for c in cases for kw in PATHS.values()]
+    pts = [c.knob_points(points) for c in cases for _ in PATHS]
+    outs = _run(labs, pts)
+    n = len(PATHS)
+    return [dict(zip(PATHS, outs[i * n : (i + 1) * n])) for i in range(len(cases))]
+
+
+def assert_paths_agree(case: Case, out: Mapping[str, dict], tol: float = PATH_TOL) -> None:
+    """Every path equals the plain oracle within tol (abs and rel), on points that differ."""
+    plain = out["plain"]
+    for path, got in out.items():
+        assert set(got) == set(plain), (case.name, path)
+        for m, arr in got.items():
+            np.testing.assert_allclose(
+                arr, plain[m], rtol=tol, atol=tol, err_msg=f"{case.name}: {path} vs plain, {m}"
+            )
+    if "attn_entropy" in plain:  # not vacuous: the knob points move the attention
+        assert np.ptp(plain["attn_entropy"][:, 0]) > 1e-3, f"{case.name}: points do not differ"
+
+
+# ------------------------------------------------------------------------------ float64
+def x64_outputs(cases: Sequence[Case], points=POINTS) -> tuple[list[dict], list[dict]]:
+    """(float32, float64) metrics of each case's default Lab at the points, the same seed."""
+    pts = [c.knob_points(points) for c in cases]
+    f32 = _run([c.lab() for c in cases], pts)
+    with jax.enable_x64(True):
+        f64 = _run([c.lab() for c in cases], pts)
+    return f32, f64
+
+
+def assert_x64_agrees(case: Case, f32: Mapping, f64: Mapping, tol: float = X64_TOL) -> None:
+    assert set(f32) == set(f64), case.name
+    for m in f32:
+        np.testing.assert_allclose(f64[m], f32[m], rtol=0, atol=tol, err_msg=f"{case.name}: {m}")
+
+
+def assert_really_float64(case: Case) -> None:
+    """Under x64 the seed state, the knobs and the metrics are float64 (not silently float32)."""
+    with jax.enable_x64(True):
+        lab = case.lab()
+        state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(SEED))
+        out = jax.eval_shape(lab.point, state, knob_arrays({}))
+        dts = {str(a.dtype) for a in jax.tree.leaves((state, out)) if a.dtype.kind == "f"}
+    assert dts == {"float64"}, (case.name, dts)
+
+
+# ------------------------------------------------------------------------------ extremes
+def extreme_points(case: Case) -> list[dict[str, float]]:
+    """Every corner of EXTREMES (lam drives q_scale and k_scale) the case's knobs allow, plus
+    a mid-range point."""
+    inert = inert_knobs(case.block, case.inputs)
+    names = [n for n in EXTREMES if n == "lam" or n not in inert]
+    out = []
+    for values in itertools.product(*(EXTREMES[n] for n in names)):
+        p = dict(zip(names, values))
+        lam = p.pop("lam")
+        out.append(dict(p, q_scale=lam, k_scale=lam))
+    return out + [dict(q_scale=3.0, k_scale=3.0, temperature=0.3, drift_norm=2.0)]
+
+
+def extreme_outputs(cases: Sequence[Case]) -> list[dict]:
+    return _run([c.lab() for c in cases], [extreme_points(c) for c in cases])
+
+
+def assert_finite_and_in_bounds(case: Case, out: Mapping[str, np.ndarray]) -> None:
+    """Every metric finite at every extreme point and inside its Metric.bounds."""
+    pts = extreme_points(case)
+    for m, arr in out.items():
+        flat = arr.reshape(len(pts), -1)
+        bad = [pts[i] for i in np.nonzero(~np.isfinite(flat).all(1))[0]]
+        assert not bad, f"{case.name}: {m} not finite at {bad[:3]}"
+        lo, hi = METRICS[m].bounds
+        assert np.all(arr >= lo - BOUND_TOL) and np.all(arr <= hi + BOUND_TOL), (
+            f"{case.name}: {m} outside its bounds [{lo}, {hi}]: {arr.min()}..{arr.max()}"
+        )
+
+
+# ------------------------------------------------------------------------------ identity
+def sweep_config(case: Case) -> dict:
+    """A small sweep of the case: drift N x lambda (3 x 5 points), 2 seeds, micro-batch 2."""
+    cfg = dict(
+        block=dataclasses.asdict(case.block),
+        inputs=dataclasses.asdict(case.inputs),
+        axes=[
+            dict(name="drift_norm", values=[0.0, 1.0, 10.0]),
+            dict(name="lambda", knobs=["q_scale", "k_scale"], values=[0.3, 1.0, 3.0, 10.0, 30.0]),
+        ],
+        sweep=dict(seeds=2, micro_batch=2),
+    )
+    if case.metrics is not None:
+        cfg["sweep"]["metrics"] = list(case.metrics)
+    return cfg
+
+
+def assert_sweeps_identical(case: Case, devices: Sequence[int] | None = None) -> None:
+    """run_sweep bit-identical for chunks of 1 and 8 micro-batches and on each device count in
+    `devices` (default: 1 and every count up to the local devices that divides them, at most 4)."""
+    from simlab.engine.sweep import run_sweep
+
+    n_local = jax.local_device_count()
+    devices = devices or sorted({1, *(n for n in (2, 4) if n <= n_local)})
+    cfg = sweep_config(case)
+    ref = run_sweep(cfg, out=None, quiet=True, chunk_size=2, devices=1).metrics
+    for chunk, dev in [(16, 1)] + [(16, d) for d in devices if d > 1]:
+        got = run_sweep(cfg, out=None, quiet=True, chunk_size=chunk, devices=dev).metrics
+        for m in ref:
+            np.testing.assert_array_equal(
+                got[m], ref[m], err_msg=f"{case.name}: {m}, chunk {chunk}, {dev} devices"
+            )
+
+
+# ------------------------------------------------------------------------------ one entry
+def check_cases(cases: Sequence[Case], identity: bool = True) -> None:
+    """Every check on the given cases (paths, float64, extremes and bounds, identity)."""
+    for case, out in zip(cases, path_outputs(cases)):
+        assert_paths_agree(case, out)
+    for case, a, b in zip(cases, *x64_outputs(cases)):
+        assert_x64_agrees(case, a, b)
+        assert_really_float64(case)
+    for case, out in zip(cases, extreme_outputs(cases)):
+        assert_finite_and_in_bounds(case, out)
+    if identity:
+        for case in cases:
+            assert_sweeps_identical(case)
+
+
+def check_block_kind(kind: str, identity: bool = True) -> None:
+    """Every check for one block kind of simlab.core.block.BLOCKS (block_cases)."""
+    assert kind in BLOCKS, f"{kind!r} is not a registered block kind"
+    check_cases(block_cases([kind]), identity)
+
+
+def check_input_kind(kind: str, identity: bool = True) -> None:
+    """Every check for one input kind of simlab.core.inputs.INPUTS (input_cases), plus the
+    drift: x(N) - x(0) = N u_b exactly for every token."""
+    assert kind in INPUTS, f"{kind!r} is not a registered input kind"
+    assert_drift_is_common_shift(kind)
+    check_cases(input_cases([kind]), identity)
+
+
+def check_metric(name: str, identity: bool = True) -> None:
+    """Every check for one metric of simlab.core.metrics.METRICS, on every block kind."""
+    assert name in METRICS, f"{name!r} is not a registered metric"
+    lo, hi = METRICS[name].bounds
+    assert lo <= hi, f"{name}: bounds {lo} > {hi}"
+    check_cases(metric_cases([name]), identity)
+
+
+def assert_drift_is_common_shift(kind: str) -> None:
+    """The input kind's draw plus the drift: x(N) - x(0) = N u_b (unit u_b) for every token,
+    the other knobs fixed (float32 rounding of the sum)."""
+    from simlab.core import inputs
+
+    spec = small_inputs(kind)
+    comps = inputs.components(spec, 16, jax.random.PRNGKey(SEED))
+    knobs = {n: jnp.asarray(k.default, jnp.float32) for n, k in KNOBS.items()}
+    x0 = inputs.assemble(spec, 16, comps, inputs.coefficients(kind, knobs))
+    n = 3.0
+    xn = inputs.assemble(
+        spec, 16, comps, inputs.coefficients(kind, {**knobs, "drift_norm": jnp.float32(n)})
+    )
+    u = np.asarray(comps["u_b"], np.float64).reshape(-1)
+    assert abs(np.linalg.norm(u) - 1) < 1e-6, kind
+    diff = np.asarray(xn, np.float64) - np.asarray(x0, np.float64)
+    scale = 1 + float(np.max(np.abs(np.asarray(x0))))
+    np.testing.assert_allclose(diff, np.broadcast_to(n * u, diff.shape), atol=1e-5 * scale)
