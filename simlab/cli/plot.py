@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
         action="append",
         default=[],
         metavar="AXIS=VALUE",
-        help="fix another axis at its coordinate nearest VALUE (repeatable)",
+        help="fix another axis at its coordinate nearest VALUE, on the axis's scale (repeatable)",
     )
     parser.add_argument("--contour", metavar="METRIC", help="second metric drawn as contour lines")
     parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")

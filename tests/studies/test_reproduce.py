@@ -1,15 +1,20 @@
 """The facts the reproduction figures rely on, and `simlab reproduce` end to end at tiny sizes."""
 
+from collections import OrderedDict
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import simlab
+from simlab import plot
 from simlab.cli import main as cli_main
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
+from simlab.engine import select
 from simlab.engine.config import read_toml
+from simlab.engine.results import Results
 from simlab.errors import ConfigError
 from simlab.studies import reproduce
 
@@ -52,6 +57,38 @@ def test_uniform_attention_gives_within_cosine_one():
     assert float(out["out_cos_within"][0]) < 0.9
     assert float(out["out_cos_within"][1]) > 1 - 1e-5
     assert float(out["attn_entropy"][1]) > 1 - 1e-6
+
+
+def _sweep_along(coords, space):
+    """A sweep with axis "s" (these coordinates, this space) and axis "x"; the metric "m" equals
+    the index along "s", so a cut along "x" shows which coordinate of "s" was selected."""
+    n = len(coords)
+    axes = OrderedDict(s=np.asarray(coords, dtype=float), x=np.array([1.0, 2.0]))
+    m = np.broadcast_to(np.arange(n, dtype=float)[:, None, None], (n, 2, 2)).copy()
+    meta = {"axes": [{"name": "s", "space": space}, {"name": "x", "space": "lin"}]}
+    return Results(axes, {"m": m}, meta)
+
+
+@pytest.mark.parametrize(
+    "coords, space, value, want",
+    [
+        ([1.0, 10.0, 100.0], "log", 40.0, 2),  # |log 0.4| < |log 4|; linear distance picks 10
+        ([0.1, 1.0, 10.0, 100.0], "values", 40.0, 3),  # a log-spaced list: log distance
+        ([1.0, 50.5, 100.0], "lin", 20.0, 0),  # 19 < 30.5; log distance picks 50.5
+        ([1.0, 2.0, 3.0, 60.0], "values", 20.0, 2),  # not log-spaced: linear distance (log: 60)
+    ],
+)
+def test_plot_and_reproduce_select_the_same_coordinate(coords, space, value, want):
+    # `simlab plot --select s=VALUE` and a figure's `select = {s = VALUE}` cut at the same point:
+    # the nearest coordinate on the axis's own scale (simlab.engine.select).
+    res = _sweep_along(coords, space)
+    assert select.nearest(res, "s", value) == want
+    _, ax = plot.plot_results(res, x="x", metric="m", select={"s": value})
+    assert ax.get_lines()[0].get_ydata().tolist() == [want, want]
+    assert reproduce.select_indices(res, {"s": value}) == {"s": want}
+    assert reproduce.select_indices(res, {"s": "first", "x": "last"}) == {"s": 0, "x": 1}
+    with pytest.raises(ConfigError, match="figures.select.s"):
+        reproduce.select_indices(res, {"s": "middle"})
 
 
 def test_experiment_config_quick_and_errors(tmp_path):

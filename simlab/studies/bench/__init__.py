@@ -5,7 +5,7 @@ flops (traced FLOP counts), report (tables), torch_loop (the PyTorch peer).
 
 One run, on the current machine (docs/performance.md), every measurement in a fresh subprocess:
   peak    float32 GFLOP/s of a large jitted matmul (best of several calls);
-  P1-P5   the engine against a plain PyTorch eager per-point loop (simlab.bench_torch; needs the
+  P1-P5   the engine against a plain PyTorch eager per-point loop (torch_loop; needs the
           optional `bench` extra), on drift N x joint q/k scale lambda grids of the paper's
           protocol. Per workload, in this order: the engine with an empty compilation cache
           ("cold": what a first run pays), the PyTorch loop, the engine again on the cache it
@@ -20,8 +20,9 @@ One run, on the current machine (docs/performance.md), every measurement in a fr
           and per seed; executed GFLOP/s = FLOPs / steady-state compute time, also as a fraction
           of the peak.
 The JSON written under benchmarks/results/ holds every number of the tables plus the machine,
-the versions, the load average before and after (a ratio against PyTorch is only valid on a
-quiet machine: its thread pool slows by up to 25x when the cores are shared), and the command.
+the versions, the load average before and after and the CPU seconds other processes used (a
+ratio against PyTorch is only valid on a quiet machine: docs/performance.md, "Findings cited in
+the code"), and the command.
 """
 
 from __future__ import annotations
@@ -193,10 +194,10 @@ def run_peer(
     rounds: int = 1,
 ) -> dict[str, Any]:
     """A PyTorch-peer workload, `rounds` times: engine cold (an empty compilation cache),
-    PyTorch loop, engine warm (the cache the cold run filled), each in its own process. On this
-    2-core VM one process's speed differed from the next by up to 40% (both ways, for the
-    engine and for PyTorch alike), so the table reports the median round's walls and steady
-    per-point times, and the JSON every round; torch_device None: no PyTorch."""
+    PyTorch loop, engine warm (the cache the cold run filled), each in its own process. The
+    table reports the median round's walls and steady per-point times, the JSON every round
+    (a process's speed varies from one process to the next: docs/performance.md, "Findings
+    cited in the code"); torch_device None: no PyTorch."""
     import statistics
     import tempfile
 

@@ -1,10 +1,10 @@
 """The peer a researcher would otherwise use: a plain PyTorch eager per-point loop.
 
-Written the way one writes it without simlab (issue "Engine at the paper's size"): per seed
-draw the weights (BERT init, N(0, 0.02^2), biases 0, LayerNorm gain 1), the embedding table
-and the token ids once; then, under `torch.inference_mode()`, one full forward of the block
-per grid point (drift N added to every token, queries and keys scaled by lambda) and the
-metrics of simlab.core.metrics computed the obvious way:
+Written the way one writes it without simlab: per seed draw the weights (BERT init,
+N(0, 0.02^2), biases 0, LayerNorm gain 1), the embedding table and the token ids once; then,
+under `torch.inference_mode()`, one full forward of the block per grid point (drift N added to
+every token, queries and keys scaled by lambda) and the metrics of simlab.core.metrics
+computed the obvious way:
 
   cos      (|sum_i u_i|^2 - n) / (n (n - 1)) of the unit rows (global and per sequence);
   entropy  -sum_j w_ij log w_ij / log S, averaged over rows, heads and sequences;

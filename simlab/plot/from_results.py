@@ -1,0 +1,230 @@
+"""A finished sweep -> a figure (`plot_results`, what `simlab plot` draws): a phase diagram
+over two axes or a curve with a seed band along one, every other axis fixed at a selected
+coordinate (simlab.engine.select: the nearest on the axis's own scale).
+
+Whether an axis is logarithmic is taken from the sweep's axis space where known, else detected
+from the spacing (simlab.engine.select.axis_is_log); the same rule picks the selected
+coordinates. The command `simlab plot` is simlab.cli.plot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from simlab.engine.select import axis_is_log, nearest
+from simlab.errors import ConfigError
+from simlab.plot.axes import save_figure
+from simlab.plot.lines import curves
+from simlab.plot.phase import phase_diagram
+
+
+def _axis_label(results, name: str) -> str:
+    """The axis name, with the knobs it drives when they are not just itself."""
+    for a in results.meta.get("axes", []) or []:
+        if isinstance(a, Mapping) and a.get("name") == name:
+            knobs = [k for k in (a.get("knobs") or []) if isinstance(k, str)]
+            if knobs and knobs != [name]:
+                return f"{name} ({' = '.join(knobs)})"
+    return name
+
+
+def sizes_label(meta: Mapping[str, Any]) -> str:
+    """The sizes of a sweep for a title: block kind, d_model, heads, depth, batch x length."""
+    cfg = meta.get("config") if isinstance(meta, Mapping) else None
+    if not isinstance(cfg, Mapping):
+        return ""
+    block = cfg.get("block") if isinstance(cfg.get("block"), Mapping) else {}
+    inputs = cfg.get("inputs") if isinstance(cfg.get("inputs"), Mapping) else {}
+    parts = []
+    if block.get("kind") is not None:
+        parts.append(str(block["kind"]))
+    if block.get("d_model") is not None:
+        parts.append(f"d={block['d_model']}")
+    if block.get("n_heads") is not None:
+        parts.append(f"H={block['n_heads']}")
+    if block.get("depth") not in (None, 1):
+        parts.append(f"depth={block['depth']}")
+    b, t = inputs.get("batch"), inputs.get("length")
+    if b is not None and t is not None:
+        parts.append(f"B\u00d7T={b}\u00d7{t}")
+    elif t is not None:
+        parts.append(f"T={t}")
+    return ", ".join(parts)
+
+
+def _fmt(v) -> str:
+    return f"{float(v):.4g}"
+
+
+def _check_metric(results, name: str, what: str = "metric") -> np.ndarray:
+    if name not in results.metrics:
+        raise ConfigError(
+            f"{what} {name!r} not in this sweep; have: "
+            f"{', '.join(sorted(results.metrics)) or '(none)'}"
+        )
+    return np.asarray(results.metrics[name])
+
+
+def _check_select(results, x: str, y: str | None, select: Mapping[str, Any] | None) -> dict:
+    """The plotted axes exist and differ; `select` names other axes, each with a finite
+    number. Returns select as {axis: float}."""
+    names = list(results.axes)
+    for role, a in (("x", x), ("y", y)):
+        if a is not None and a not in results.axes:
+            raise ConfigError(
+                f"{role} axis {a!r} not in this sweep; have: {', '.join(names) or '(none)'}"
+            )
+    if y is not None and y == x:
+        raise ConfigError(f"x and y are the same axis {x!r}")
+    select = dict(select or {})
+    for a, v in select.items():
+        if a not in results.axes:
+            raise ConfigError(f"select: axis {a!r} not in this sweep; have: {', '.join(names)}")
+        if a in (x, y):
+            raise ConfigError(f"select: axis {a!r} is plotted (x or y); it cannot also be fixed")
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"select: {a}={v!r} is not a number") from None
+        if not np.isfinite(v):
+            raise ConfigError(f"select: {a}={v!r} is not finite")
+        select[a] = v
+    return select
+
+
+def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | None):
+    """Index tuple over the axes (slices for x, y; for the others the coordinate nearest the
+    selected value, simlab.engine.select.nearest) and a description of the fixed values."""
+    select = _check_select(results, x, y, select)
+    idx, fixed = [], []
+    for a in results.axes:
+        coords = np.asarray(results.axes[a], dtype=float).ravel()
+        if a in (x, y):
+            idx.append(slice(None))
+        elif a in select:
+            i = nearest(results, a, select[a])
+            idx.append(i)
+            fixed.append(f"{a}={_fmt(coords[i])}")
+        elif coords.size == 1:
+            idx.append(0)
+        else:
+            raise ConfigError(
+                f"axis {a!r} has {coords.size} values "
+                f"({', '.join(_fmt(c) for c in coords)}); fix one with "
+                f"select={{{a!r}: value}} (CLI: --select {a}=VALUE)"
+            )
+    return tuple(idx), fixed
+
+
+def _reduce(results, arr: np.ndarray, idx, x: str, y: str | None, layer, what: str):
+    """Seed mean and std (ddof=1) of arr at idx, as (len(y), len(x)) or (len(x),), plus the
+    layer used (None when arr has no layer axis)."""
+    n_axes = len(results.axes)
+    if arr.ndim == n_axes + 2:
+        n_layers = arr.shape[-1]
+        l = n_layers - 1 if layer is None else int(layer)
+        if not -n_layers <= l < n_layers:
+            raise ConfigError(f"layer {layer} out of range for {what} with {n_layers} layers")
+        l %= n_layers
+        arr = arr[..., l]
+    elif arr.ndim == n_axes + 1:
+        l = None
+    else:
+        raise ConfigError(
+            f"{what} has shape {arr.shape}, expected (*axes, seeds[, layer]) with {n_axes} axes"
+        )
+    sub = arr[idx + (slice(None),)]  # remaining dims: x/y in axes order, seeds
+    mean = sub.mean(axis=-1)
+    std = sub.std(axis=-1, ddof=1) if sub.shape[-1] > 1 else np.zeros_like(mean)
+    if y is not None and list(results.axes).index(y) > list(results.axes).index(x):
+        mean, std = mean.T, std.T  # -> (len(y), len(x))
+    return mean, std, l
+
+
+def _default_title(results, z_label: str, n_seeds: int, fixed: list[str]) -> str:
+    """The metric and seed count, then the sizes and the fixed axes."""
+    head = f"{z_label}, mean of {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+    sub = ", ".join(p for p in (sizes_label(results.meta), ", ".join(fixed)) if p)
+    return head + (f"\n{sub}" if sub else "")
+
+
+def plot_results(
+    results,
+    *,
+    x,
+    y=None,
+    metric,
+    layer=None,
+    select=None,
+    contour=None,
+    contour_levels=None,
+    theory=None,
+    title=None,
+    out=None,
+):
+    """Plot one metric of a finished sweep.
+
+    2-D (y given): phase diagram of the seed mean of `metric` over axes x and y; 1-D (y None):
+    the seed mean against x with a -+1 std band (ddof=1; no band for a single seed).  Every
+    other axis is fixed by select={axis: value} (the nearest coordinate on the axis's own scale,
+    simlab.engine.select.nearest); an unselected extra axis
+    with more than one value is an error.  For metrics with a layer axis `layer` picks one
+    (default: the last).  `contour`: the name of a second metric drawn as contour lines at
+    `contour_levels` (2-D only).  The default title names the metric, the sizes from
+    meta['config'] (block kind, d_model, heads, batch x length), the fixed axes and the number of
+    seeds.  Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
+    """
+    arr = _check_metric(results, metric)
+    carr = _check_metric(results, contour, "contour metric") if contour is not None else None
+    if contour is not None and y is None:
+        raise ConfigError("contour lines need a 2-D plot (give y)")
+    if contour is None and contour_levels is not None:
+        raise ConfigError("contour levels given without a contour metric")
+    if layer is not None and arr.ndim != len(results.axes) + 2:
+        raise ConfigError(f"metric {metric!r} has no layer axis; drop the layer")
+    idx, fixed = _select_index(results, x, y, select)
+    mean, std, l = _reduce(results, arr, idx, x, y, layer, f"metric {metric!r}")
+    n_seeds = arr.shape[len(results.axes)]
+
+    z_label = metric + ("" if l is None else f" (layer {l})")
+    if title is None:
+        title = _default_title(results, z_label, n_seeds, fixed)
+    xc = np.asarray(results.axes[x], dtype=float)
+    if y is None:
+        band = std if n_seeds > 1 else None
+        label = z_label + (" (seed mean \u00b1 1 std)" if band is not None else " (seed mean)")
+        fig, ax = curves(
+            xc,
+            {label: (mean, band)},
+            x_label=_axis_label(results, x),
+            y_label=metric,
+            x_log=axis_is_log(results, x),
+            title=title,
+            theory=theory,
+        )
+    else:
+        cz = None
+        if carr is not None:
+            c_layer = layer if (layer is not None and carr.ndim == len(results.axes) + 2) else None
+            cz, _, _ = _reduce(results, carr, idx, x, y, c_layer, f"contour metric {contour!r}")
+        fig, ax = phase_diagram(
+            xc,
+            np.asarray(results.axes[y], dtype=float),
+            mean,
+            x_label=_axis_label(results, x),
+            y_label=_axis_label(results, y),
+            z_label=z_label + " (seed mean)",
+            x_log=axis_is_log(results, x),
+            y_log=axis_is_log(results, y),
+            contour=cz,
+            contour_levels=contour_levels,
+            contour_label=contour,
+            theory=theory,
+            title=title,
+        )
+    if out is not None:
+        save_figure(fig, out)
+    return fig, ax

@@ -1,0 +1,77 @@
+"""Curves: lines with shaded bands (a seed std or a (lo, hi) range) and theory overlays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simlab.engine.select import is_log_spaced
+from simlab.plot.axes import new_ax, overlay_theory
+
+
+def _band(mean: np.ndarray, band) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) of a band: None (no band), a pair (lo, hi), a (2, *mean.shape) array, or a
+    half-width s broadcast to mean -+ s."""
+    if band is None:
+        return None
+    if isinstance(band, (tuple, list)):
+        if len(band) != 2:
+            raise ValueError("curves: a band given as a tuple must be (lo, hi)")
+        lo, hi = (np.broadcast_to(np.asarray(b, dtype=float), mean.shape) for b in band)
+        return lo, hi
+    b = np.asarray(band, dtype=float)
+    if b.shape == (2,) + mean.shape and mean.shape != (2,):
+        return b[0], b[1]
+    b = np.broadcast_to(b, mean.shape)
+    return mean - b, mean + b
+
+
+def curves(
+    x,
+    series,
+    *,
+    x_label,
+    y_label,
+    x_log=None,
+    y_log=False,
+    title=None,
+    theory=None,
+    ax=None,
+    styles=None,
+):
+    """Lines with shaded bands.
+
+    series: dict label -> (mean, band) where band is None (no band), an array s (band mean -+ s,
+    e.g. one std) or a pair (lo, hi).  x_log None = auto.  theory: list of (x_arr, y_arr, label)
+    dashed curves that do not change the autoscaled limits.  styles: label -> matplotlib line
+    keywords (color, ls) for that series.  Returns (fig, ax).
+    """
+    xs = np.asarray(x, dtype=float).ravel()
+    order = np.argsort(xs, kind="stable")
+    xs = xs[order]
+    x_log = is_log_spaced(xs) if x_log is None else bool(x_log)
+    fig, ax = new_ax(ax)
+    if x_log:
+        ax.set_xscale("log")
+    if y_log:
+        ax.set_yscale("log")
+    for label, item in series.items():
+        mean, band = item
+        mean = np.asarray(mean, dtype=float).ravel()
+        if mean.shape != xs.shape:
+            raise ValueError(f"curves: series {label!r} has {mean.size} points, x has {xs.size}")
+        b = _band(mean, band)
+        mean = mean[order]
+        style = {"marker": "o", "ms": 3.5, "lw": 1.6, **((styles or {}).get(label, {}))}
+        (line,) = ax.plot(xs, mean, label=str(label), **style)
+        if b is not None:
+            lo, hi = (np.ravel(v)[order] for v in b)
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.22, lw=0)
+    overlay_theory(ax, theory, dict(lw=1.6, ls="--"))
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    if len(ax.get_legend_handles_labels()[0]):
+        ax.legend(fontsize=8, framealpha=0.85)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig, ax

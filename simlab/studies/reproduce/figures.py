@@ -1,0 +1,328 @@
+"""The figure types of `simlab reproduce`, one function per [[figures]] `kind`, registered in
+FIGURE_TYPES (docs/extending.md has a worked example):
+
+  heatmap  one phase diagram per metric of `metrics` over axes `x` and `y` (x_transform
+           "inverse" plots 1/x); optional `contour` metric and `contour_levels` drawn over every
+           map but its own, `theory` overlays (overlays.THEORY); file "<config>_<metric>.png".
+  curves   lines with seed bands: either `metrics` against axis `x` (the other axes fixed by
+           `select`: the coordinate nearest a value, simlab.engine.select.nearest, or "first" /
+           "last"), all in one figure `file`, or with `group` one line per value of that axis;
+           `per_metric = true` makes one figure per metric ("<config>_<metric>.png");
+           x = "layer" plots a stack's per-layer metrics; [[figures.series]] tables give each
+           line its own `config`, `x` (or `x_metric`: the seed mean of another metric as x),
+           `metric`, `select` and `label`; `theory`: names of overlays.CURVE_THEORY drawn dashed
+           over the lines (claim 7 over the depth stacks).
+  variants one figure per metric of `metrics` against axis `x`, one line per variant sweep
+           (simlab.studies.reproduce.experiments): colour from the variant dimension `color`,
+           line style from `style` (default: the first and second dimensions); `theory` =
+           {metric: name of overlays.VARIANT_THEORY} overlays a closed form per line; file
+           "<config>_<metric>.png".
+Titles may use {<axis>} (the selected coordinate) and {spread} (`spread_along`: the largest
+change of `metric` along that axis, over all seeds).
+
+Experiments (Godey, de la Clergerie & Sagot 2024, "Anisotropy Is Inherent to Self-Attention
+in Transformers", section on untrained blocks, and the mechanism of docs/design.md): paper,
+mechanism, temp_corr, qknorm, depth, width (experiments/*.toml).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simlab import plot
+from simlab.engine.results import Results
+from simlab.engine.select import nearest
+from simlab.errors import ConfigError
+from simlab.studies.reproduce.experiments import figure_specs
+from simlab.studies.reproduce.overlays import CURVE_THEORY, THEORY, VARIANT_THEORY
+
+if TYPE_CHECKING:
+    from simlab.studies.reproduce.run import Run
+
+
+def select_indices(res: Results, select: dict | None) -> dict[str, int]:
+    """Axis -> index for select = {axis: value | "first" | "last"}: the first or last
+    coordinate, or the one nearest the value on the axis's own scale (simlab.engine.select)."""
+    out = {}
+    for axis, value in (select or {}).items():
+        if axis not in res.axes:
+            raise ConfigError(
+                f"figures.select: {axis!r} is not an axis; axes: {', '.join(res.axes)}"
+            )
+        if value == "first":
+            out[axis] = 0
+        elif value == "last":
+            out[axis] = len(res.axes[axis]) - 1
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            out[axis] = nearest(res, axis, value)
+        else:
+            raise ConfigError(
+                f"figures.select.{axis}: {value!r} is not a number, 'first' or 'last'"
+            )
+    return out
+
+
+def _cut(res: Results, metric: str, x: str, select: dict | None, stat: str):
+    """The seed mean (stat "mean") or std of `metric` along axis x (or "layer"), the other
+    axes at `select`."""
+    arr = getattr(res, stat)(metric)  # (*axes[, layer])
+    idx = select_indices(res, select)
+    names = list(res.axes)
+    sl = tuple(slice(None) if (a == x or a not in idx) else idx[a] for a in names)
+    return arr[sl]
+
+
+def _format(text: str, res: Results, fig: dict, **values) -> str:
+    chosen = select_indices(res, fig.get("select"))
+    values.update({a: f"{res.axes[a][i]:.3g}" for a, i in chosen.items()})
+    if "spread_along" in fig:
+        a = list(res.axes).index(fig["spread_along"])
+        m = res[fig["metric"]]
+        values["spread"] = float(np.max(np.abs(m - np.take(m, [0], axis=a))))
+    return text.format(**values)
+
+
+def heatmap(r: Run, name: str, fig: dict) -> list[Path]:
+    res, files = r.sweep(name), []
+    x, y = fig["x"], fig["y"]
+    inverse = fig.get("x_transform") == "inverse"
+    overlays = [THEORY[t](res) for t in fig.get("theory", [])]
+    transpose = list(res.axes).index(x) < list(res.axes).index(y)  # z is (len(y), len(x))
+    for m in fig["metrics"]:
+        c = fig.get("contour") if fig.get("contour") != m else None
+        path = r.out / f"{name}_{m}.png"
+        title = r.title(res, f"{m}: {_format(fig.get('title', ''), res, fig)}")
+        if not (inverse or overlays or "x_label" in fig or "y_label" in fig):
+            plot.plot_results(
+                res,
+                x=x,
+                y=y,
+                metric=m,
+                contour=c,
+                contour_levels=fig.get("contour_levels") if c else None,
+                title=title,
+                out=path,
+            )
+        else:
+            z, cz = res.mean(m), None if c is None else res.mean(c)
+            if transpose:
+                z, cz = z.T, None if cz is None else cz.T
+            f, _ = plot.phase_diagram(
+                1.0 / res.axes[x] if inverse else res.axes[x],
+                res.axes[y],
+                z,
+                x_label=fig.get("x_label", x),
+                y_label=fig.get("y_label", y),
+                z_label=f"{m} (seed mean)",
+                x_log=fig.get("x_log"),
+                y_log=fig.get("y_log"),
+                contour=cz,
+                contour_levels=fig.get("contour_levels") if c else None,
+                contour_label=c,
+                theory=overlays or None,
+                title=title,
+            )
+            plot.save_figure(f, path)
+        files.append(path)
+    return files
+
+
+def curves(r: Run, name: str, fig: dict) -> list[Path]:
+    if "series" in fig:
+        return [_series_figure(r, name, fig)]
+    res = r.sweep(name)
+    x, band, metrics = fig["x"], fig.get("band", True), fig["metrics"]
+    x_values = np.arange(1, res[metrics[0]].shape[-1] + 1) if x == "layer" else res.axes[x]
+    groups = [None] if "group" not in fig else list(res.axes[fig["group"]])
+    files = []
+    for ms in [[m] for m in metrics] if fig.get("per_metric") else [metrics]:
+        series, lines = {}, []  # lines: (label, metric, select) of each series
+        for m in ms:
+            for value in groups:
+                select, label = dict(fig.get("select", {})), m
+                if value is not None:
+                    select[fig["group"]] = value
+                    label = f"{fig['group']} = {value:g}"
+                lines.append((label, m, select))
+                series[label] = (
+                    _cut(res, m, x, select, "mean"),
+                    _cut(res, m, x, select, "std") if band else None,
+                )
+        y_label = fig.get("y_label", f"{ms[0] if len(ms) == 1 else 'value'} (seed mean +- 1 std)")
+        what = _format(fig.get("title", ""), res, fig, metric=ms[0])
+        f, ax = plot.curves(
+            x_values,
+            series,
+            x_label=fig.get("x_label", x),
+            y_label=y_label,
+            x_log=fig.get("x_log"),
+            title=r.title(res, what),
+        )
+        _curve_theory(ax, res, fig, lines, name)
+        files.append(plot.save_figure(f, r.out / fig.get("file", f"{name}_{ms[0]}.png")))
+    return files
+
+
+def _curve_theory(ax, res: Results, fig: dict, lines: list, name: str) -> None:
+    """fig["theory"]: CURVE_THEORY names, drawn dashed in the colour of each (label, metric,
+    select) line they have a curve for."""
+    colors = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
+    drawn = None
+    for t in fig.get("theory", []):
+        if t not in CURVE_THEORY:
+            raise ConfigError(
+                f"{name}.toml: figures.theory: {t!r} is not one of "
+                f"{', '.join(map(repr, CURVE_THEORY))}"
+            )
+        for label, m, select in lines:
+            curve = CURVE_THEORY[t](res, m, select)
+            if curve is not None:
+                ax.plot(
+                    curve[0],
+                    curve[1],
+                    ls="--",
+                    lw=1.3,
+                    color=colors.get(label, "k"),
+                    label=None if drawn else curve[2],
+                )
+                drawn = curve[2]
+    if drawn:
+        ax.legend(fontsize=8, framealpha=0.85)
+
+
+def _series_figure(r: Run, name: str, fig: dict) -> Path:
+    """One figure, one line per [[figures.series]] table (each from its own config)."""
+    own, f, ax = r.sweep(name), None, None
+    for s in fig["series"]:
+        res = r.sweep(s.get("config", name))
+        metric, x, select = s.get("metric", fig.get("metric")), s.get("x"), s.get("select")
+        mean = _cut(res, metric, x, select, "mean")
+        std = _cut(res, metric, x, select, "std") if fig.get("band", True) else None
+        xs = _cut(res, s["x_metric"], x, select, "mean") if "x_metric" in s else res.axes[x]
+        title = (
+            r.title(own, _format(fig.get("title", ""), res, {**fig, **s})) if ax is None else None
+        )
+        f, ax = plot.curves(
+            np.ravel(xs),
+            {s["label"]: (np.ravel(mean), None if std is None else np.ravel(std))},
+            x_label=fig["x_label"],
+            y_label=fig["y_label"],
+            title=title,
+            ax=ax,
+        )
+    return plot.save_figure(f, r.out / fig["file"])
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def variants(r: Run, name: str, fig: dict) -> list[Path]:
+    """One figure per metric: the metric against axis x, one line per variant sweep."""
+    vs = r.variants(name)
+    if vs is None:
+        raise ConfigError(f"{name}.toml: kind 'variants' needs a [variants] table")
+    dims = list(vs[0].labels)
+    color = fig.get("color", dims[0])
+    style = fig.get("style", dims[1] if len(dims) > 1 else None)
+    for key in ("color", "style"):
+        if key in fig and fig[key] not in dims:
+            raise ConfigError(f"{name}.toml: figures.{key}: {fig[key]!r} is not one of {dims}")
+    runs = [(v, r.sweep(name, v)) for v in vs]
+    x, select = fig["x"], fig.get("select")
+    xs = runs[0][1].axes[x]
+    if any(not np.array_equal(res.axes[x], xs) for _, res in runs):
+        raise ConfigError(f"{name}.toml: the variants do not share the coordinates of {x!r}")
+    order = {d: list(dict.fromkeys(v.labels[d] for v in vs)) for d in dims}
+    styles = {
+        ", ".join(v.labels.values()): {
+            "color": f"C{order[color].index(v.labels[color]) % 10}",
+            "ls": LINE_STYLES[order[style].index(v.labels[style]) % 4] if style else "-",
+        }
+        for v in vs
+    }
+    meta = _common_meta([res.meta for _, res in runs])
+    files = []
+    for metric in fig["metrics"]:
+        series = {
+            ", ".join(v.labels.values()): (
+                _cut(res, metric, x, select, "mean"),
+                _cut(res, metric, x, select, "std") if fig.get("band", True) else None,
+            )
+            for v, res in runs
+        }
+        what = _format(fig.get("title", ""), runs[0][1], fig, metric=metric)
+        f, ax = plot.curves(
+            xs,
+            series,
+            x_label=fig.get("x_label", x),
+            y_label=f"{metric} (seed mean +- 1 std)",
+            title=r.title(runs[0][1], what, meta),
+            styles=styles,
+        )
+        if metric in fig.get("theory", {}):
+            _variant_theory(ax, runs, styles, fig["theory"][metric], f"{name}.toml", metric)
+        files.append(plot.save_figure(f, r.out / f"{name}_{metric}.png"))
+    return files
+
+
+def _variant_theory(ax, runs: list, styles: dict, theory: str, where: str, metric: str) -> None:
+    """VARIANT_THEORY[theory] drawn for each variant sweep it has a curve for, dashed in that
+    line's colour."""
+    if theory not in VARIANT_THEORY:
+        raise ConfigError(
+            f"{where}: figures.theory.{metric}: {theory!r} is not one of "
+            f"{', '.join(map(repr, VARIANT_THEORY))}"
+        )
+    label = None
+    for v, res in runs:
+        curve = VARIANT_THEORY[theory](res)
+        if curve is not None and len(curve[0]):
+            ax.plot(
+                curve[0],
+                curve[1],
+                color=styles[", ".join(v.labels.values())]["color"],
+                ls=(0, (2, 1)),
+                lw=2.4,
+                alpha=0.6,
+                label=None if label else curve[2],
+            )
+            label = curve[2]
+    if label:
+        ax.legend(fontsize=7, framealpha=0.85)
+
+
+def _common_meta(metas: list[dict]) -> dict:
+    """The first sweep's meta with the block/inputs fields that differ between sweeps shown
+    as "per line" (for the title's sizes)."""
+    cfg = {k: dict(v) for k, v in metas[0]["config"].items() if isinstance(v, dict)}
+    for table in ("block", "inputs"):
+        for k in cfg.get(table, {}):
+            if any(m["config"][table].get(k) != cfg[table][k] for m in metas):
+                cfg[table][k] = "per line"
+    return {"config": cfg}
+
+
+FIGURE_TYPES: dict[str, Callable[[Run, str, dict], list[Path]]] = {
+    "heatmap": heatmap,
+    "curves": curves,
+    "variants": variants,
+}
+
+
+def draw(r: Run, name: str) -> list[Path]:
+    """Every figure declared by experiments/<name>.toml (running or reloading its sweeps)."""
+    files = []
+    for i, fig in enumerate(figure_specs(name, r.directory)):
+        kind = fig.get("kind")
+        if kind not in FIGURE_TYPES:
+            raise ConfigError(
+                f"{name}.toml: figures[{i}].kind: {kind!r} is not one of "
+                f"{', '.join(map(repr, FIGURE_TYPES))}"
+            )
+        files += FIGURE_TYPES[kind](r, name, fig)
+    return files

@@ -1,0 +1,76 @@
+"""The theory overlays a figure may name, one registry per figure type: each turns a sweep's
+results into a closed-form curve (x, y, label) from simlab.theory, or None where the closed form
+does not apply to that sweep.
+
+  THEORY          heatmap `theory = [...]`: name -> fn(results)
+  CURVE_THEORY    curves with x = "layer", `theory = [...]`: name -> fn(results, metric, select)
+  VARIANT_THEORY  variants, `theory = {metric = name}`: name -> fn(results), per variant sweep
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from simlab import theory
+from simlab.engine.results import Results
+
+# Theory overlays a heatmap may name: name -> curve (x, y, label) from the sweep's results.
+THEORY: dict[str, Callable[[Results], tuple]] = {
+    "gg_boundary": lambda res: theory.gg_boundary_curve(
+        res.meta["config"]["inputs"]["length"], p=np.linspace(0, 0.95, 100)
+    ),
+    # claim 6 of check-theory: the predicted attn_entropy = 0.5 line, no free parameter
+    "freezing_line": lambda res: theory.paper_freezing_curve(
+        res.meta["config"], n=res.axes["drift_norm"]
+    ),
+}
+
+
+def _mlp_mean_gain(res: Results):
+    """Width figure: the closed-form gain of the MLP's shared output (theory.mlp_mean_gain), at
+    the drifts well below the tokens' norm sqrt(d) embed_std where it applies."""
+    b, i = res.meta["config"]["block"], res.meta["config"]["inputs"]
+    if b["kind"] != "post_ln" or b["init"] != "bert" or i["kind"] != "embedding":
+        return None
+    n = res.axes["drift_norm"]
+    n = n[n <= 0.2 * math.sqrt(b["d_model"]) * i["embed_std"]]
+    gain = 0.0 if b.get("mlp_center") else float(theory.mlp_mean_gain(b["d_model"], b["mlp_ratio"]))
+    return n, np.full(n.shape, gain), "closed form (MLP mean output), small N"
+
+
+def _signal_propagation(res: Results, metric: str, select: dict):
+    """Depth figures: claim 7's per-layer cosine (theory.signal_propagation) for a stack of
+    init = "fan_in" on Gaussian tokens at the selected temperature (None for other metrics or
+    setups)."""
+    b, i, kn = res.meta["config"]["block"], res.meta["config"]["inputs"], res.meta["config"]
+    if metric not in ("out_cos", "out_cos_within") or b["init"] != "fan_in":
+        return None
+    if i["kind"] != "gaussian" or "temperature" not in select:
+        return None
+    knobs = kn.get("knobs", {})
+    if any(knobs.get(k, 0.0) != 0.0 for k in ("drift_norm", "input_corr", "q_shift")):
+        return None
+    pred = theory.signal_propagation(
+        b["kind"],
+        b["depth"],
+        i["length"],
+        i["batch"],
+        knobs.get("q_scale", 1.0) * knobs.get("k_scale", 1.0) / float(select["temperature"]),
+        mlp=b["mlp"],
+        activation=b["activation"],
+        attn_residual=knobs.get("attn_residual", 1.0),
+        mlp_residual=knobs.get("mlp_residual", 1.0),
+    )[metric]
+    return np.arange(1, b["depth"] + 1), pred, "predicted (claim 7: layer recursion)"
+
+
+# Theory overlays of a `curves` figure with x = "layer": name -> fn(results, metric, select).
+CURVE_THEORY: dict[str, Callable[[Results, str, dict], tuple | None]] = {
+    "signal_propagation": _signal_propagation
+}
+
+# Theory overlays of a `variants` figure: name -> curve (x, y, label) or None, per variant sweep.
+VARIANT_THEORY: dict[str, Callable[[Results], tuple | None]] = {"mlp_mean_gain": _mlp_mean_gain}
