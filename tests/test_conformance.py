@@ -38,12 +38,14 @@ def extremes():
     return dict(zip(CASES, testing.extreme_outputs(list(CASES.values()))))
 
 
+@pytest.mark.xdist_group("conformance")
 @pytest.mark.parametrize("registry,entry", ENTRIES)
 def test_paths_agree_with_the_plain_oracle(registry, entry, paths):
     for n in cases_of(registry, entry):
         testing.assert_paths_agree(CASES[n], paths[n])
 
 
+@pytest.mark.xdist_group("conformance")
 @pytest.mark.parametrize("registry,entry", ENTRIES)
 def test_float64_same_sample(registry, entry, x64):
     for n in cases_of(registry, entry):
@@ -51,12 +53,14 @@ def test_float64_same_sample(registry, entry, x64):
         testing.assert_really_float64(CASES[n])
 
 
+@pytest.mark.xdist_group("conformance")
 @pytest.mark.parametrize("registry,entry", ENTRIES)
 def test_finite_and_in_bounds_at_extreme_knobs(registry, entry, extremes):
     for n in cases_of(registry, entry):
         testing.assert_finite_and_in_bounds(CASES[n], extremes[n])
 
 
+@pytest.mark.xdist_group("conformance")
 @pytest.mark.parametrize("name", list(METRICS))
 def test_metric_in_bounds_on_every_case(name, extremes):
     """Each metric inside its declared bounds at every extreme point of every case."""
@@ -69,7 +73,7 @@ def test_metric_in_bounds_on_every_case(name, extremes):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BLOCKS))
 def test_sweeps_identical_across_chunk_sizes(kind):
-    testing.assert_sweeps_identical(testing.block_cases([kind])[0], devices=(1,))
+    testing.assert_sweeps_identical(testing.block_cases([kind])[0])
 
 
 @pytest.mark.parametrize("kind", list(INPUTS))

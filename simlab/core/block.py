@@ -129,7 +129,7 @@ def tiled_attention(
     b, t = q.shape[:2]
     rs = tiled.attend(
         tiling,
-        lambda qx, kx: jnp.einsum("nrhk,nshk->nhrs", qx, kx),
+        lambda q_BRHK, k_BSHK: jnp.einsum("brhk,bshk->bhrs", q_BRHK, k_BSHK),
         factor,
         q.reshape(b, tiling.blocks, tiling.rows, *q.shape[2:]),
         k,

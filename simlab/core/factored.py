@@ -34,17 +34,21 @@ def hoist(p0, comps, proj, u_q_HK, tiling: tiled.Tiling, kv: str):
     `varying`, simlab.core.inputs.INPUTS)."""
     q_BTHK, k_BSHK = proj[kv][0], proj[kv][1]
     b, t = q_BTHK.shape[:2]
-    full = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK)
-    h, s = full.shape[1], full.shape[-1]
-    full = full.reshape(b, h, tiling.blocks, tiling.rows, s).transpose(0, 2, 1, 3, 4)
+    s_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK)
+    h, s = s_BHTS.shape[1], s_BHTS.shape[-1]
+    # tile order (B, Q, H, R, S): Q blocks of R query rows (simlab.core.tiled)
+    s_BQHRS = s_BHTS.reshape(b, h, tiling.blocks, tiling.rows, s).transpose(0, 2, 1, 3, 4)
     rows = {
         c: jnp.einsum(
-            "bthk,bshk->bhts", jnp.broadcast_to(proj[c][0], (b,) + proj[c][0].shape[1:]), k_BSHK
+            "bthk,bshk->bhts",
+            jnp.broadcast_to(proj[c][0], (b,) + proj[c][0].shape[1:]),  # Q_c (B, 1, H, K)
+            k_BSHK,
         )
         for c in comps
         if c != kv
     }
-    rows["_bias"] = jnp.einsum("hk,bshk->bhs", p0["bq"], k_BSHK)[:, :, None, :]
+    bq_HK = p0["bq"]
+    rows["_bias"] = jnp.einsum("hk,bshk->bhs", bq_HK, k_BSHK)[:, :, None, :]
     rows["_shift"] = jnp.einsum("hk,bshk->bhs", u_q_HK, k_BSHK)[:, :, None, :]
     means = {
         c: (
@@ -54,7 +58,7 @@ def hoist(p0, comps, proj, u_q_HK, tiling: tiled.Tiling, kv: str):
         for c in comps
     }
     return {
-        "scores": full,
+        "scores": s_BQHRS,
         "rows": rows,
         "v": jnp.swapaxes(proj[kv][2], 1, 2),
         "v_const": {c: proj[c][2] for c in comps if c != kv},
@@ -93,8 +97,9 @@ def attention(
         p0["wo"],
         causal,
     )
-    v_const = sum(coefs[c] * hoisted["v_const"][c] for c in coefs if c != kv) + p0["bv"]
-    out = a_v * rs.out + jnp.einsum("bshk,hkd->bsd", v_const, p0["wo"]) + p0["bo"]
+    v_const_BSHK = sum(coefs[c] * hoisted["v_const"][c] for c in coefs if c != kv) + p0["bv"]
+    wo_HKD = p0["wo"]
+    out = a_v * rs.out + jnp.einsum("bshk,hkd->bsd", v_const_BSHK, wo_HKD) + p0["bo"]
     mq = sum(coefs[c] * hoisted["means"][c][0] for c in coefs) + p0["bq"]
     mk = sum(coefs[c] * hoisted["means"][c][1] for c in coefs) + p0["bk"]
     q_mean = qs * mq + knobs["q_shift"] * u_q_HK

@@ -94,9 +94,9 @@ def _anisotropic(spec: InputSpec, d: int, z: dict, t_key) -> dict:
     dtype = z["z"].dtype
     lam = jnp.arange(1, d + 1, dtype=dtype) ** (-spec.alpha)
     lam = lam * (spec.sigma**2 * d / jnp.sum(lam))
-    rot, _ = jnp.linalg.qr(z["z"][:d])
-    g = z["z"][d:].reshape(spec.batch, spec.length, d) * jnp.sqrt(lam)
-    return {"x": jnp.einsum("btk,dk->btd", g, rot)}
+    rot_DE, _ = jnp.linalg.qr(z["z"][:d])  # E: the eigen-directions of the covariance
+    g_BTE = z["z"][d:].reshape(spec.batch, spec.length, d) * jnp.sqrt(lam)
+    return {"x": jnp.einsum("bte,de->btd", g_BTE, rot_DE)}
 
 
 def _student_t(spec: InputSpec, d: int, z: dict, t_key) -> dict:

@@ -1,7 +1,8 @@
 """The top eigenvalue of symmetric positive semi-definite matrices, for the stable rank: Lanczos
 with full reorthogonalisation (complete, so exact up to rounding, up to LANCZOS_STEPS x
 LANCZOS_STEPS; LANCZOS_STEPS steps beyond), then Sturm-count multisection on the tridiagonal matrix
-(docs/performance.md: no full eigensolver, no eigenvectors).
+(docs/performance.md: no full eigensolver, no eigenvectors). Matrices are (..., n, n), written
+with ellipsis einsums; the Lanczos basis V is (..., steps, n).
 """
 
 from __future__ import annotations

@@ -95,10 +95,15 @@ def stable_rank(y_BTD):
     its exact lower bound 1 (||Y||_2 <= ||Y||_F), which rounding can undercut by an ulp."""
     _, t, d = y_BTD.shape
     m = jnp.max(jnp.abs(y_BTD), axis=(-2, -1), keepdims=True)
-    y = y_BTD / jnp.where(m > 0, m, 1.0)
-    gram = jnp.einsum("btd,bsd->bts", y, y) if t <= d else jnp.einsum("btd,bte->bde", y, y)
+    y_BTD = y_BTD / jnp.where(m > 0, m, 1.0)
+    # the smaller Gram matrix: (B, T, S) over tokens, or (B, D, E) over features
+    gram = (
+        jnp.einsum("btd,bsd->bts", y_BTD, y_BTD)
+        if t <= d
+        else jnp.einsum("btd,bte->bde", y_BTD, y_BTD)
+    )
     top = top_eigenvalue(gram)
-    fro = jnp.sum(y * y, axis=(-2, -1))
+    fro = jnp.sum(y_BTD * y_BTD, axis=(-2, -1))
     ratio = jnp.maximum(fro / jnp.where(top > 0, top, 1.0), 1.0)
     return jnp.mean(jnp.where(top > 0, ratio, 0.0))
 

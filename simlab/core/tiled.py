@@ -1,7 +1,9 @@
 """Attention in tiles: the softmax statistics and A V W_O without materialising (B, H, T, S).
 
 A tile is `seqs` sequences x `rows` query rows x all heads (`Tiling`, chosen from the sizes
-alone so that the numbers never depend on the machine). For each tile, in one pass over its
+alone so that the numbers never depend on the machine). Letters besides the legend's
+(docs/design.md, "Shape letters"): R query rows of a tile, Q blocks of rows of a sequence,
+G the sequences x heads of a tile flattened. For each tile, in one pass over its
 unscaled scores s_ij (docs/design.md, "Per-point work at the paper's size"):
 
     m_i = max_j s_ij,   l_ij = c (s_ij - m_i)       c >= 0: the scalar factor of the logits

@@ -26,6 +26,9 @@ from simlab.core.spec import BlockSpec, InputSpec
 
 from conftest import np_gelu_tanh, np_layer
 
+# the module fixture is computed once: every test of the module on one xdist worker
+pytestmark = pytest.mark.xdist_group("test_block")
+
 B, T, D, H = 2, 8, 32, 4
 K = D // H
 

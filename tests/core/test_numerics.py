@@ -12,10 +12,15 @@ import numpy as np
 import pytest
 
 import simlab
+from simlab.core.block import BLOCKS
+from simlab.core.inputs import INPUTS
 from simlab.core.knobs import KNOB_DEFAULTS
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.metrics import METRIC_NAMES
 from simlab.core.spec import BlockSpec, InputSpec
+
+# the module fixture is computed once: every test of the module on one xdist worker
+pytestmark = pytest.mark.xdist_group("test_numerics")
 
 SPEC_KW = dict(d_model=32, n_heads=4, mlp_ratio=2)  # the shapes shared by the Lab tests
 ISPEC = InputSpec(kind="gaussian", batch=2, length=8)
@@ -41,15 +46,13 @@ def corner(lam, **kn):
 
 GRID = [corner(**dict(zip(LIMITS, v))) for v in itertools.product(*LIMITS.values())]
 GRID += [corner(1.0, temperature=1.0), corner(3.0, temperature=0.3, drift_norm=2.0)]
-# every block kind with and without QK-norm and causal masking; the input kinds rotate so that
-# each meets several block kinds; one depth-3 stack
+# every block kind of the registry with and without QK-norm and causal masking; the input kinds
+# of the registry rotate so that each meets several block kinds; one depth-3 stack
 SPECS = [
     (kind, causal, qk, inp, 1)
     for (kind, causal, qk), inp in zip(
-        itertools.product(
-            ("attention", "post_ln", "pre_ln", "parallel"), (False, True), ("none", "layernorm")
-        ),
-        itertools.cycle(("gaussian", "embedding", "anisotropic", "student_t", "rademacher")),
+        itertools.product(BLOCKS, (False, True), ("none", "layernorm")),
+        itertools.cycle(INPUTS),
     )
 ] + [("post_ln", False, "rmsnorm", "gaussian", 1), ("attention", True, "none", "embedding", 3)]
 

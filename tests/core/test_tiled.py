@@ -18,6 +18,9 @@ from simlab.core.spec import BlockSpec, InputSpec
 
 from conftest import np_attention
 
+# the module fixture is computed once: every test of the module on one xdist worker
+pytestmark = pytest.mark.xdist_group("test_tiled")
+
 
 def run_attend(tiling, s_BHTS, factor, v_BHSK, wo, causal):
     b, h, t, n = s_BHTS.shape

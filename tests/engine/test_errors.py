@@ -19,6 +19,9 @@ from simlab.engine import store
 from simlab.engine.config import load_config
 from simlab.errors import ConfigError, ResultsError
 
+# the module fixture is computed once: every test of the module on one xdist worker
+pytestmark = pytest.mark.xdist_group("test_errors")
+
 TINY = """
 [block]
 kind = "attention"

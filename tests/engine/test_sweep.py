@@ -22,6 +22,9 @@ from simlab.errors import ConfigError
 
 from conftest import ToyLab
 
+# the module fixture is computed once: every test of the module on one xdist worker
+pytestmark = pytest.mark.xdist_group("test_sweep")
+
 TOY = {
     "axes": [
         {"name": "drift_norm", "space": "log", "start": 0.01, "stop": 100.0, "num": 5},

@@ -26,6 +26,9 @@ from simlab.engine.claims import HOST
 from simlab.engine.schedule import share_of
 from simlab.engine.store import RECORD, chunk_record
 
+# the module fixture is computed once: every test of the module on one xdist worker
+pytestmark = pytest.mark.xdist_group("test_workers")
+
 ROOT = Path(__file__).resolve().parents[2]
 CFG = """
 [block]

@@ -105,61 +105,82 @@ def test_experiment_config_quick_and_errors(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow
-def test_reproduce_all_tiny(tmp_path, capsys):
-    done = reproduce.reproduce(None, out=tmp_path, quick=True, quiet=True, extra=TINY)
-    files = reproduce.experiment_files()
-    assert set(done) == set(files) and len(done) >= 12
-    # one figure per metric for heatmaps and per_metric curves, else one, as declared
-    declared = {
-        name: sum(
-            len(f["metrics"]) if f["kind"] in ("heatmap", "variants") or f.get("per_metric") else 1
-            for f in read_toml(path)["figures"]
-        )
-        for name, path in files.items()
-    }
-    assert {name: len(f) for name, (f, _) in done.items()} == declared
-    for files, _ in done.values():
-        for f in files:
-            assert f.exists() and f.stat().st_size > 10_000, f
-    # the data beside the figures reloads, at the tiny sizes asked for
+def declared_figures(path) -> int:
+    """One figure per metric for heatmaps, variants and per_metric curves, else one."""
+    return sum(
+        len(f["metrics"]) if f["kind"] in ("heatmap", "variants") or f.get("per_metric") else 1
+        for f in read_toml(path)["figures"]
+    )
+
+
+def check_paper(tmp_path):
     res = simlab.load(tmp_path / "data" / "paper")
     assert list(res.axes) == ["drift_norm", "lambda"]
     assert res["out_cos"].shape == (3, 3, 1)
     assert res.meta["config"]["block"]["d_model"] == 16
+    # `simlab plot` redraws a panel from the saved data without recomputing
+    out = tmp_path / "redraw.png"
+    argv = ["plot", str(tmp_path / "data" / "paper"), "--x", "drift_norm", "--y", "lambda"]
+    assert cli_main([*argv, "--metric", "attn_entropy", "--out", str(out)]) == 0
+    assert out.exists()
+    # a re-run loads the finished sweeps instead of recomputing them
+    mtime = (tmp_path / "data" / "paper" / "results.npz").stat().st_mtime_ns
+    reproduce.reproduce(["paper"], out=tmp_path, quick=True, quiet=True, extra=TINY)
+    assert (tmp_path / "data" / "paper" / "results.npz").stat().st_mtime_ns == mtime
+
+
+def check_mechanism_kshift(tmp_path):
     # k_shift has no effect on the attention: the entropy is the same along the k_shift axis
     ks = simlab.load(tmp_path / "data" / "mechanism_kshift")["attn_entropy"]
     np.testing.assert_allclose(ks, np.broadcast_to(ks[:, :1], ks.shape), rtol=0, atol=2e-6)
-    # the width experiment: one sweep per variant, each with its own overrides applied
+
+
+def check_width(tmp_path):
+    # one sweep per variant, each with its own overrides applied
     for v in reproduce.experiment_variants("width", quick=True):
         meta = simlab.load(tmp_path / "data" / "width" / v.name).meta["config"]["block"]
         assert (meta["d_model"], meta["mlp_center"]) == (
             v.tables["block"]["d_model"],
             v.tables["block"]["mlp_center"],
         )
+
+
+def check_depth_pre_ln(tmp_path):
     # depth stacks carry a layer axis
     assert simlab.load(tmp_path / "data" / "depth_pre_ln")["out_cos"].shape == (3, 1, 12)
-    # `simlab plot` redraws a panel from the saved data without recomputing
-    out = tmp_path / "redraw.png"
-    rc = cli_main(
-        [
-            "plot",
-            str(tmp_path / "data" / "paper"),
-            "--x",
-            "drift_norm",
-            "--y",
-            "lambda",
-            "--metric",
-            "attn_entropy",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0 and out.exists()
-    # a re-run loads the finished sweeps instead of recomputing them
-    mtime = (tmp_path / "data" / "paper" / "results.npz").stat().st_mtime_ns
-    reproduce.reproduce(["paper"], out=tmp_path, quick=True, quiet=True, extra=TINY)
-    assert (tmp_path / "data" / "paper" / "results.npz").stat().st_mtime_ns == mtime
+
+
+SPECIFIC = {
+    "paper": check_paper,
+    "mechanism_kshift": check_mechanism_kshift,
+    "width": check_width,
+    "depth_pre_ln": check_depth_pre_ln,
+}
+
+
+def test_every_experiment_has_a_case():
+    files = reproduce.experiment_files()
+    assert len(files) >= 12 and set(SPECIFIC) <= set(files)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(reproduce.experiment_files()))
+def test_experiment_tiny(name, tmp_path):
+    """Each experiment TOML at tiny sizes: its declared figures drawn, its data reloadable at
+    the sizes asked for, and the experiment's own facts (SPECIFIC)."""
+    done = reproduce.reproduce([name], out=tmp_path, quick=True, quiet=True, extra=TINY)
+    assert set(done) == {name}
+    files, _ = done[name]
+    assert len(files) == declared_figures(reproduce.experiment_files()[name])
+    for f in files:
+        assert f.exists() and f.stat().st_size > 10_000, f
+    data = tmp_path / "data" / name
+    for results in [data] if (data / "results.npz").exists() else sorted(data.iterdir()):
+        res = simlab.load(results)
+        shape = tuple(len(c) for c in res.axes.values()) + (res.meta["seeds"],)
+        assert all(a.shape[: len(shape)] == shape for a in res.metrics.values()), results
+    if name in SPECIFIC:
+        SPECIFIC[name](tmp_path)
 
 
 VARIANTS_TOML = """
