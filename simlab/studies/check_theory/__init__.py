@@ -32,6 +32,7 @@ import numpy as np
 
 from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
+from simlab.studies import table
 from simlab.studies.check_theory import (
     chen_scaling,
     dong_collapse,
@@ -68,19 +69,8 @@ COLUMNS = (
 
 def format_table(results: list[ClaimResult]) -> str:
     """Fixed-width table, one row per claim (cells longer than the column are wrapped)."""
-    import textwrap
-
-    head = " ".join(n.ljust(w) for n, w in COLUMNS).rstrip()
-    lines = [head, " ".join("-" * w for _, w in COLUMNS)]
-    for r in results:
-        cells = [textwrap.wrap(str(getattr(r, n)), w) or [""] for n, w in COLUMNS]
-        for i in range(max(len(c) for c in cells)):
-            lines.append(
-                " ".join(
-                    (c[i] if i < len(c) else "").ljust(w) for c, (_, w) in zip(cells, COLUMNS)
-                ).rstrip()
-            )
-    return "\n".join(lines)
+    rows = [[getattr(r, name) for name, _ in COLUMNS] for r in results]
+    return table.format_table(COLUMNS, rows)
 
 
 def format_details(results: list[ClaimResult]) -> str:
