@@ -75,7 +75,7 @@ def dong_theorem_constant(w_qk_HDD, w_v_HDD, d_qk: int) -> float:
     X W_QK X^T / sqrt(d_qk), any logit scale folded in) and W_V,h the head's value-and-output
     map (D x D).  Statement recalled from arXiv 2103.03404 (Theorem 2.2 and its multi-head
     corollary, which adds the factor H); gamma is the paper's attention-dependent term, defined
-    in its appendix, which was not among the search results: check_theory.dong_collapse reports
+    in its appendix, which was not among the search results: check_theory.dong_constant reports
     the gamma a simulation needs, gamma_needed = measured / dong_theorem_constant."""
     w_qk = np.abs(np.asarray(w_qk_HDD, dtype=float))
     beta = np.max(w_qk.sum(-2).max(-1) * composite_norm(w_v_HDD))
