@@ -3,19 +3,17 @@ closed-form claims simulated and scored (simlab.studies.check_theory)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
-from pathlib import Path
 
 from simlab.errors import ConfigError
 from simlab.studies.check_theory import (
     CLAIMS,
-    _json_default,
     format_details,
     format_table,
-    results_from_json,
+    json_payload,
+    rescore_json,
     run_checks,
+    write_json,
 )
 
 
@@ -35,7 +33,8 @@ def add_arguments(parser) -> None:
         "--json",
         default=None,
         metavar="FILE",
-        help="also write the table, details and data as JSON",
+        help="also write the table, details, and each claim's config and simulation data as "
+        "JSON (what --from-json scores again)",
     )
     parser.add_argument(
         "--config-dir",
@@ -53,8 +52,8 @@ def add_arguments(parser) -> None:
         "--from-json",
         default=None,
         metavar="FILE",
-        help="no simulation: reprint the table and redraw the figures from a "
-        "file written by --json",
+        help="no simulation: score the simulations saved by --json again (compare and verdict "
+        "with the code as it is now and the config stored in the file) and redraw the figures",
     )
 
 
@@ -67,11 +66,7 @@ def cli_main(args) -> int:
     default_dir = "figures/quick" if args.quick else "figures"
     figures_dir = None if args.no_figures else (args.figures_dir or default_dir)
     if getattr(args, "from_json", None):
-        results = [r for r in results_from_json(args.from_json) if r.claim.split()[-1] in claims]
-        if figures_dir is not None:
-            for r in results:
-                name = r.claim.split()[-1]
-                CLAIMS[name].figure(r, Path(figures_dir) / f"theory_{name}.png")
+        results = rescore_json(args.from_json, claims, figures_dir=figures_dir)
         print(format_table(results))
         print()
         print(format_details(results))
@@ -102,13 +97,5 @@ def cli_main(args) -> int:
         + ("" if figures_dir is None else f"; figures in {figures_dir}/theory_*.png")
     )
     if args.json:
-        payload = {
-            "profile": profile,
-            "wall_seconds": wall,
-            "table": format_table(results),
-            "claims": [dataclasses.asdict(r) for r in results],
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=1, default=_json_default)
+        write_json(args.json, json_payload(results, profile, wall))
     return 0

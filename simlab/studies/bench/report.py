@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simlab.studies import table
 from simlab.studies.bench.workloads import CACHED_COMPILE_S, PEERS
 
 
@@ -16,7 +17,8 @@ def _fmt(x, spec=".3g"):
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The run as a Markdown table (also printed)."""
+    """The run as Markdown tables (also printed): the peers, the loops, W4's grids and the
+    metric stages, each present when the run has it, then the machine's load."""
     peak = report["peak"]["gflops"]
     lines = [
         f"matmul peak (float32, {report['peak']['n']}^3, jitted): {peak:.1f} GFLOP/s "
@@ -25,35 +27,7 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     peers = [w for w in report["workloads"] if w["name"] in PEERS]
     if peers:
-        lines += [
-            "| workload | points | PyTorch loop s (ms/pt) | engine wall s cold / warm "
-            "(compile s cold / warm) | ratio cold / warm (target) [range over rounds] | "
-            "engine ms/pt steady | "
-            "executed GFLOP/s (% peak) |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for w in peers:
-            c, wm, t = w["engine_cold"], w["engine_warm"], w["torch"]
-            tgt = w["target"]["ratio"]
-            if t is None:
-                peer, ratio = "-", "-"
-            else:
-                peer = f"{t['total_s']:.3g} ({t['ms_per_point']:.3g})"
-                ratio = f"{w['ratio_cold']:.2f}x / {w['ratio_warm']:.2f}x"
-                if len(w.get("rounds", ())) > 1:
-                    rc, rw = w["ratio_range"]["cold"], w["ratio_range"]["warm"]
-                    ratio += f" [{rc[0]:.2f}-{rc[1]:.2f} / {rw[0]:.2f}-{rw[1]:.2f}]"
-                if tgt is not None:
-                    ratio += (
-                        f" (>= {tgt:g}x: {'met' if w['met']['ratio_cold'] else 'NOT met'} / "
-                        f"{'met' if w['met']['ratio_warm'] else 'NOT met'})"
-                    )
-            lines.append(
-                f"| {w['name']} {w['title']} | {w['points']} | {peer} | "
-                f"{c['wall_s']:.3g} / {wm['wall_s']:.3g} ({c['compile_s']:.2f} / "
-                f"{wm['compile_s']:.2f}) | {ratio} | {w['engine_ms_per_point']:.3g} | "
-                f"{w['engine_gflops']:.3g} ({100 * w['peak_fraction']:.0f}%) |"
-            )
+        lines += [table.format_table(PEER_COLUMNS, [_peer_row(w) for w in peers], markdown=True)]
         cached = max(w["engine_warm"]["compile_s"] for w in peers)
         lines += [
             "",
@@ -63,78 +37,151 @@ def format_table(report: dict[str, Any]) -> str:
         ]
     loops = [w for w in report["workloads"] if w["name"] in ("W1", "W2", "W3")]
     if loops:
-        lines += [
-            "| workload | points x seeds | engine pts/s | engine s (compile s) | GFLOP/pt "
-            "engine / plain | GFLOP/seed hoisted | executed GFLOP/s (% peak) | JAX loop s | "
-            "speed-up (target) | peak RSS MiB engine / loop |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-    for w in loops:
-        e, lo, fl = w["engine"], w["loop"], w["flops"]
-        loop_s = ("~" if lo["extrapolated"] else "") + f"{lo['total_s']:.3g}"
-        if lo["extrapolated"]:
-            loop_s += f" ({lo['timed_points']}/{w['points']} pts)"
-        tgt = w["target"]["speedup"]
-        met = "met" if w["met"]["speedup"] else "NOT met"
-        frac = f"{w['engine_gflops']:.3g} ({100 * w['peak_fraction']:.0f}%"
-        if "peak_fraction" in w["target"]:
-            frac += f"; target {100 * w['target']['peak_fraction']:.0f}%: " + (
-                "met" if w["met"]["peak_fraction"] else "NOT met"
-            )
-        frac += ")"
-        lines.append(
-            f"| {w['name']} ({fl['path']}) | {w['points']} x {w['seeds']} | "
-            f"{w['points_per_s']:.4g} | "
-            f"{e['compute_s']:.3g} ({e['compile_s']:.2g}) | "
-            f"{_gf(fl['engine_per_point']):.3g} / {_gf(fl['plain_per_point']):.3g} | "
-            f"{_gf(fl['engine_per_seed']):.3g} | {frac} | {loop_s} | "
-            f"{w['speedup']:.2f}x (>= {tgt:g}x: {met}) | "
-            f"{e['rss_peak_mb']:.0f} / {lo['rss_peak_mb']:.0f} |"
-        )
+        lines += [table.format_table(LOOP_COLUMNS, [_loop_row(w) for w in loops], markdown=True)]
     for w in report["workloads"]:
-        if w["name"] != "W4":
-            continue
-        lines += [
-            "",
-            "| W4 grid | points | engine pts/s | chunk points | peak RSS MiB (base) |",
-            "|---|---|---|---|---|",
-        ]
-        for label, g in w["grids"].items():
-            e = g["engine"]
-            lines.append(
-                f"| {label} | {g['points']} | {g['points_per_s']:.4g} | "
-                f"{e['layout']['chunk_points']} | {e['rss_peak_mb']:.0f} "
-                f"({e['rss_base_mb']:.0f}) |"
+        if w["name"] == "W4":
+            lines += ["", _w4_table(w)]
+    staged = [w for w in report["workloads"] if w.get("stages")]
+    if staged:
+        rows = [_stage_row(w, label, st) for w in staged for label, st in w["stages"].items()]
+        lines += ["", table.format_table(STAGE_COLUMNS, rows, markdown=True)]
+    lines += _load_lines(report)
+    return "\n".join(lines)
+
+
+PEER_COLUMNS = (
+    "workload",
+    "points",
+    "PyTorch loop s (ms/pt)",
+    "engine wall s cold / warm (compile s cold / warm)",
+    "ratio cold / warm (target) [range over rounds]",
+    "engine ms/pt steady",
+    "executed GFLOP/s (% peak)",
+)
+LOOP_COLUMNS = (
+    "workload",
+    "points x seeds",
+    "engine pts/s",
+    "engine s (compile s)",
+    "GFLOP/pt engine / plain",
+    "GFLOP/seed hoisted",
+    "executed GFLOP/s (% peak)",
+    "JAX loop s",
+    "speed-up (target)",
+    "peak RSS MiB engine / loop",
+)
+W4_COLUMNS = ("W4 grid", "points", "engine pts/s", "chunk points", "peak RSS MiB (base)")
+STAGE_COLUMNS = (
+    "stages (metric subsets)",
+    "points",
+    "engine ms/pt",
+    "loop ms/pt",
+    "speed-up",
+    "GFLOP/pt engine / plain",
+)
+
+
+def _peer_row(w: dict) -> list[str]:
+    """A PyTorch-peer workload: wall times cold and warm, the ratio to the peer (with its
+    range over rounds and the target), the steady per-point time and the executed rate."""
+    c, wm, t = w["engine_cold"], w["engine_warm"], w["torch"]
+    tgt = w["target"]["ratio"]
+    if t is None:
+        peer, ratio = "-", "-"
+    else:
+        peer = f"{t['total_s']:.3g} ({t['ms_per_point']:.3g})"
+        ratio = f"{w['ratio_cold']:.2f}x / {w['ratio_warm']:.2f}x"
+        if len(w.get("rounds", ())) > 1:
+            rc, rw = w["ratio_range"]["cold"], w["ratio_range"]["warm"]
+            ratio += f" [{rc[0]:.2f}-{rc[1]:.2f} / {rw[0]:.2f}-{rw[1]:.2f}]"
+        if tgt is not None:
+            ratio += (
+                f" (>= {tgt:g}x: {'met' if w['met']['ratio_cold'] else 'NOT met'} / "
+                f"{'met' if w['met']['ratio_warm'] else 'NOT met'})"
             )
-        tgt = w["target"]["memory_ratio"]
-        lines.append(
+    return [
+        f"{w['name']} {w['title']}",
+        w["points"],
+        peer,
+        f"{c['wall_s']:.3g} / {wm['wall_s']:.3g} ({c['compile_s']:.2f} / {wm['compile_s']:.2f})",
+        ratio,
+        f"{w['engine_ms_per_point']:.3g}",
+        f"{w['engine_gflops']:.3g} ({100 * w['peak_fraction']:.0f}%)",
+    ]
+
+
+def _loop_row(w: dict) -> list[str]:
+    """A workload against the plain JAX loop: rates, FLOPs, the speed-up and its target."""
+    e, lo, fl = w["engine"], w["loop"], w["flops"]
+    loop_s = ("~" if lo["extrapolated"] else "") + f"{lo['total_s']:.3g}"
+    if lo["extrapolated"]:
+        loop_s += f" ({lo['timed_points']}/{w['points']} pts)"
+    tgt = w["target"]["speedup"]
+    met = "met" if w["met"]["speedup"] else "NOT met"
+    frac = f"{w['engine_gflops']:.3g} ({100 * w['peak_fraction']:.0f}%"
+    if "peak_fraction" in w["target"]:
+        frac += f"; target {100 * w['target']['peak_fraction']:.0f}%: " + (
+            "met" if w["met"]["peak_fraction"] else "NOT met"
+        )
+    frac += ")"
+    return [
+        f"{w['name']} ({fl['path']})",
+        f"{w['points']} x {w['seeds']}",
+        f"{w['points_per_s']:.4g}",
+        f"{e['compute_s']:.3g} ({e['compile_s']:.2g})",
+        f"{_gf(fl['engine_per_point']):.3g} / {_gf(fl['plain_per_point']):.3g}",
+        f"{_gf(fl['engine_per_seed']):.3g}",
+        frac,
+        loop_s,
+        f"{w['speedup']:.2f}x (>= {tgt:g}x: {met})",
+        f"{e['rss_peak_mb']:.0f} / {lo['rss_peak_mb']:.0f}",
+    ]
+
+
+def _w4_table(w: dict) -> str:
+    """W4's grids (memory against grid size) and its peak-memory ratio."""
+    rows = []
+    for label, g in w["grids"].items():
+        e = g["engine"]
+        rows.append(
+            [
+                label,
+                g["points"],
+                f"{g['points_per_s']:.4g}",
+                e["layout"]["chunk_points"],
+                f"{e['rss_peak_mb']:.0f} ({e['rss_base_mb']:.0f})",
+            ]
+        )
+    tgt = w["target"]["memory_ratio"]
+    return "\n".join(
+        [
+            table.format_table(W4_COLUMNS, rows, markdown=True),
             f"\nW4 peak-memory ratio ({w['memory']}, largest / smallest grid): "
             f"{w['memory_ratio']:.3f} "
             f"(target <= {tgt:g}: {'met' if w['met']['memory_ratio'] else 'NOT met'}); "
-            f"above the jax-initialised baseline: {_fmt(w['memory_ratio_net'])}"
-        )
-    staged = [w for w in report["workloads"] if w.get("stages")]
-    if staged:
-        lines += [
-            "",
-            "| stages (metric subsets) | points | engine ms/pt | loop ms/pt | speed-up | "
-            "GFLOP/pt engine / plain |",
-            "|---|---|---|---|---|---|",
+            f"above the jax-initialised baseline: {_fmt(w['memory_ratio_net'])}",
         ]
-        for w in staged:
-            for label, st in w["stages"].items():
-                lines.append(
-                    f"| {w['name']}: {label} | {st['points']} | "
-                    f"{1e3 * st['engine_s_per_point']:.3g} | "
-                    f"{1e3 * st['loop_s_per_point']:.3g} | {st['speedup']:.2f}x | "
-                    f"{_gf(st['flops']['engine_per_point']):.3g} / "
-                    f"{_gf(st['flops']['plain_per_point']):.3g} |"
-                )
+    )
+
+
+def _stage_row(w: dict, label: str, st: dict) -> list[str]:
+    return [
+        f"{w['name']}: {label}",
+        st["points"],
+        f"{1e3 * st['engine_s_per_point']:.3g}",
+        f"{1e3 * st['loop_s_per_point']:.3g}",
+        f"{st['speedup']:.2f}x",
+        f"{_gf(st['flops']['engine_per_point']):.3g} / {_gf(st['flops']['plain_per_point']):.3g}",
+    ]
+
+
+def _load_lines(report: dict) -> list[str]:
+    """The load average around the run and the CPU other processes took during it."""
     la = report["load_average"]
-    lines.append(
+    lines = [
         f"\nload average (1 min) before / after: {la['before'][0]:.2f} / {la['after'][0]:.2f}"
         f" on {report['machine']['cores']} cores (the benchmark's own load included)"
-    )
+    ]
     fc = report.get("foreign_cpu")
     if fc:
         lines.append(
@@ -142,4 +189,4 @@ def format_table(report: dict[str, Any]) -> str:
             f"({100 * fc['share']:.1f}% of {report['machine']['cores']} cores x "
             f"{report['wall_s']:.0f} s); hypervisor steal {fc['steal_s']:.1f} s"
         )
-    return "\n".join(lines)
+    return lines

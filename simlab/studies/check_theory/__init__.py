@@ -1,18 +1,21 @@
-"""`simlab check-theory`: simulate the seven claims of simlab.theory and compare.
+"""`simlab check-theory`: simulate the claims of simlab.theory and score them.
 
-Claims 1-5 have a simulation written directly in jnp (pure functions, explicit einsums; no
-dependency on simlab's blocks; claim 3 also runs through simlab.run_sweep); claims 6 and 7 run
-through simlab.run_sweep. Each has a check that
-turns simulation + prediction into one table row (sizes, predicted, simulated, error, whether
-the error shrinks with size, verdict) plus detail rows, and a figure theory_<claim>.png
-(in figures/, or figures/quick/ for --quick) with the prediction overlaid.
+Each claim is a `Claim` (check_theory.claim): simulate(cfg) -> data, compare(cfg, data) ->
+Comparison, verdict(cfg, comparison) and figure(result, path), registered in CLAIMS with
+`register`; the driver `check(claim, cfg)` turns them into one row of the table (sizes,
+predicted, simulated, error, whether the error shrinks with size, verdict) plus detail rows,
+and the figure theory_<claim>.png (in figures/, or figures/quick/ for --quick) draws the
+prediction over the simulation.  The seven claims of simlab.theory, in table order, one module
+each: rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse (with dong_constant),
+freezing_line, signal_propagation.  Claims 1-5 simulate directly in jnp with the reference
+computations of check_theory.reference (no dependency on simlab's blocks; claim 3 also runs
+through simlab.run_sweep); claims 6 and 7 run through simlab.run_sweep.
 
-Sizes come from experiments/theory_<claim>.toml alone ([full] and [quick] tables). One module
-per claim (rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse,
-freezing_line, signal_propagation), each with
-`check(cfg)` and `figure(result, path)`; CLAIMS is the registry. Runs:
+Sizes and criteria come from experiments/theory_<claim>.toml alone ([full] and [quick]
+tables).  Runs:
 
     simlab check-theory [--quick] [--figures-dir DIR] [--no-figures] [--json FILE]
+    simlab check-theory --from-json FILE     (score a saved run again: compare, verdict, figure)
 
 Simulation conventions (simlab's, see simlab.theory): logits q'.k' / (sqrt(d_head) temperature),
 Gaussian tokens x_i = sqrt(p) z_0 + sqrt(1 - p) z_i, anisotropy = mean pairwise cosine
@@ -28,10 +31,9 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-
 from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
+from simlab.studies import table
 from simlab.studies.check_theory import (
     chen_scaling,
     dong_collapse,
@@ -41,19 +43,49 @@ from simlab.studies.check_theory import (
     signal_propagation,
     zhai_bound,
 )
-from simlab.studies.check_theory.common import ClaimResult, load_config
+from simlab.studies.check_theory.claim import (
+    CLAIMS,
+    Claim,
+    ClaimResult,
+    Comparison,
+    check,
+    json_default,
+    lookup,
+    register,
+    score,
+)
+from simlab.studies.check_theory.common import load_config
 
-# The claims, in table order: name -> module with check(cfg) and figure(result, path).
-CLAIMS = {
-    "rem_entropy": rem_entropy,
-    "gg_attention": gg_attention,
-    "chen_scaling": chen_scaling,
-    "zhai_bound": zhai_bound,
-    "dong_collapse": dong_collapse,
-    "freezing_line": freezing_line,
-    "signal_propagation": signal_propagation,
-}
+__all__ = [
+    "CLAIMS",
+    "COLUMNS",
+    "Claim",
+    "ClaimResult",
+    "Comparison",
+    "check",
+    "format_details",
+    "format_table",
+    "json_payload",
+    "load_config",
+    "register",
+    "rescore_json",
+    "run_checks",
+    "score",
+    "write_json",
+]
 
+# the seven claims of simlab.theory, registered like any other, in the table's order (the
+# number in the table's first column is the place in CLAIMS)
+for _module in (
+    rem_entropy,
+    gg_attention,
+    chen_scaling,
+    zhai_bound,
+    dong_collapse,
+    freezing_line,
+    signal_propagation,
+):
+    register(_module.CLAIM)
 
 COLUMNS = (
     ("claim", 16),
@@ -68,19 +100,8 @@ COLUMNS = (
 
 def format_table(results: list[ClaimResult]) -> str:
     """Fixed-width table, one row per claim (cells longer than the column are wrapped)."""
-    import textwrap
-
-    head = " ".join(n.ljust(w) for n, w in COLUMNS).rstrip()
-    lines = [head, " ".join("-" * w for _, w in COLUMNS)]
-    for r in results:
-        cells = [textwrap.wrap(str(getattr(r, n)), w) or [""] for n, w in COLUMNS]
-        for i in range(max(len(c) for c in cells)):
-            lines.append(
-                " ".join(
-                    (c[i] if i < len(c) else "").ljust(w) for c, (_, w) in zip(cells, COLUMNS)
-                ).rstrip()
-            )
-    return "\n".join(lines)
+    rows = [[getattr(r, name) for name, _ in COLUMNS] for r in results]
+    return table.format_table(COLUMNS, rows)
 
 
 def format_details(results: list[ClaimResult]) -> str:
@@ -94,27 +115,29 @@ def format_details(results: list[ClaimResult]) -> str:
 
 def run_checks(
     profile: str = "full",
-    claims=tuple(CLAIMS),
+    claims=None,
     *,
     figures_dir: str | Path | None = "figures",
     config_dir: str | Path | None = None,
     overrides: dict[str, dict] | None = None,
     log=print,
 ) -> list[ClaimResult]:
-    """Run the named claims at the sizes of `profile` (claim -> overrides on top); write
-    figures/theory_<claim>.png unless figures_dir is None. Every claim's config is read and
-    the figure directory checked before the first simulation (a bad one fails at once)."""
+    """Run the named claims (default: every registered one) at the sizes of `profile` (claim
+    -> overrides on top); write figures/theory_<claim>.png unless figures_dir is None. Every
+    claim's config is read and the figure directory checked before the first simulation (a bad
+    one fails at once)."""
     if config_dir is not None and not Path(config_dir).is_dir():
         raise ConfigError(f"--config-dir: {config_dir} is not a directory")
     if figures_dir is not None:
         check_writable(figures_dir, "--figures-dir")
+    names = list(CLAIMS) if claims is None else list(claims)
     configs = {
-        name: load_config(name, profile, config_dir, (overrides or {}).get(name)) for name in claims
+        name: load_config(name, profile, config_dir, (overrides or {}).get(name)) for name in names
     }
     results = []
     for name, cfg in configs.items():
         t0 = time.perf_counter()
-        r = CLAIMS[name].check(cfg)
+        r = check(name, cfg)
         if figures_dir is not None:
             CLAIMS[name].figure(r, Path(figures_dir) / f"theory_{name}.png")
         r.seconds = time.perf_counter() - t0
@@ -124,21 +147,50 @@ def run_checks(
     return results
 
 
-def results_from_json(path) -> list[ClaimResult]:
-    """ClaimResults saved by --json."""
+STORED = ("claim", "name", "title", "sizes", "predicted", "simulated", "error", "shrinks")
+STORED += ("verdict", "details", "seconds", "config", "simulation")
+
+
+def json_payload(results: list[ClaimResult], profile: str, wall_seconds: float) -> dict:
+    """What --json writes: the table, and per claim its row, details, seconds, config and
+    simulation data (enough to score it again: rescore_json)."""
+    return {
+        "profile": profile,
+        "wall_seconds": wall_seconds,
+        "table": format_table(results),
+        "claims": [{k: getattr(r, k) for k in STORED} for r in results],
+    }
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1, default=json_default)
+
+
+def rescore_json(
+    path: str | Path, claims=None, *, figures_dir: str | Path | None = None
+) -> list[ClaimResult]:
+    """Score a run saved by --json again, without simulating: for each stored claim (those
+    named in `claims`, default all) compare and verdict on its stored config and simulation
+    data, with the code as it is now, and redraw its figure unless figures_dir is None.  The
+    stored seconds (the simulation's) are kept."""
     with open(path) as f:
         payload = json.load(f)
-    out = []
-    for c in payload["claims"]:
-        c = dict(c)
-        c["details"] = [tuple(d) for d in c.get("details", [])]
-        out.append(ClaimResult(**c))
-    return out
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
+    results = []
+    for entry in payload["claims"]:
+        missing = [k for k in ("name", "config", "simulation") if k not in entry]
+        if missing:
+            raise ConfigError(
+                f"--from-json {path}: claim {entry.get('claim', '?')!r} has no {missing} "
+                "(a file written before check-theory stored its simulations; run it again)"
+            )
+        if claims is not None and entry["name"] not in claims:
+            continue
+        claim = lookup(entry["name"])
+        r = score(claim, entry["config"], entry["simulation"])
+        r.seconds = entry.get("seconds", 0.0)
+        if figures_dir is not None:
+            claim.figure(r, Path(figures_dir) / f"theory_{claim.name}.png")
+        results.append(r)
+    return results

@@ -1,137 +1,41 @@
-"""What the claims share: the result row, where sizes come from, jnp building blocks and
-formatting helpers."""
+"""What the claims share: where a claim's config comes from, the computed verdict and the
+formatting of the table's cells and of the figures."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from simlab.errors import ConfigError
-
-
-@dataclasses.dataclass
-class ClaimResult:
-    """One row of the table, detail rows, and everything the figure and --json need."""
-
-    claim: str
-    title: str
-    sizes: str
-    predicted: str
-    simulated: str
-    error: str
-    shrinks: str
-    verdict: str
-    details: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    data: dict[str, Any] = dataclasses.field(default_factory=dict)
-    seconds: float = 0.0
+from simlab.studies.check_theory.claim import Claim, lookup
 
 
 def load_config(
-    claim: str,
+    claim: Claim | str,
     profile: str,
     config_dir: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> dict:
-    """Sizes for one claim: the [profile] table ("full" or "quick") of
-    <config_dir>/theory_<claim>.toml (default: the experiments/ folder), the one source of
-    check-theory's sizes, then `overrides` (keys of that table only)."""
-    from simlab.engine.config import experiments_dir, read_toml
+    """Sizes and criterion of one claim: the [profile] table ("full" or "quick") of its TOML
+    (Claim.config_path: <config_dir>/theory_<claim>.toml by default, config_dir defaulting to
+    the experiments/ folder), the one source of check-theory's sizes, then `overrides` (keys
+    of that table only)."""
+    from simlab.engine.config import read_toml
 
-    path = (
-        Path(config_dir if config_dir is not None else experiments_dir()) / f"theory_{claim}.toml"
-    )
+    claim = lookup(claim)
+    path = claim.config_path(config_dir)
     cfg = dict(read_toml(path).get(profile, {}))
     if not cfg:
         raise ConfigError(f"{path}: no [{profile}] table")
     unknown = set(overrides or {}) - set(cfg)
     if unknown:
         raise ConfigError(
-            f"{claim} overrides: unknown keys {sorted(unknown)}; allowed: {sorted(cfg)}"
+            f"{claim.name} overrides: unknown keys {sorted(unknown)}; allowed: {sorted(cfg)}"
         )
     cfg.update(overrides or {})
     return cfg
-
-
-def correlated_tokens(key, n: int, d: int, p, sigma=1.0):
-    """x_i = sigma (sqrt(p) z_0 + sqrt(1 - p) z_i), z ~ N(0, I_d): (n, d) and the pieces."""
-    k0, k1 = jax.random.split(key)
-    z0_D = jax.random.normal(k0, (d,))
-    z_ND = jax.random.normal(k1, (n, d))
-    return sigma * (jnp.sqrt(p) * z0_D + jnp.sqrt(1.0 - p) * z_ND)
-
-
-def _cos_sums(o_MD):
-    """Sums from which mean pairwise cosine and kernel cosine follow exactly (zero vectors
-    contribute u = 0)."""
-    nrm = jnp.linalg.norm(o_MD, axis=-1, keepdims=True)
-    u_MD = jnp.where(nrm > 0, o_MD / jnp.where(nrm > 0, nrm, 1.0), 0.0)
-    return {
-        "su": u_MD.sum(0),
-        "suu": jnp.sum(u_MD * u_MD),
-        "so": o_MD.sum(0),
-        "soo": jnp.sum(o_MD * o_MD),
-    }
-
-
-def _finish_cos(s, n: int):
-    pairs = float(n) * (n - 1)  # float: n (n - 1) overflows int32 from n = 46342
-    mean_cos = (jnp.sum(s["su"] ** 2) - s["suu"]) / pairs
-    kernel_cos = ((jnp.sum(s["so"] ** 2) - s["soo"]) / pairs) / (s["soo"] / n)
-    return mean_cos, kernel_cos
-
-
-def mean_pairwise_cosine(x_ND):
-    """simlab's anisotropy: (|sum u|^2 - sum |u|^2) / (n (n - 1))."""
-    return _finish_cos(_cos_sums(x_ND), x_ND.shape[0])[0]
-
-
-def attention_stats(q_MH, k_NH, v_ND, scale_G, chunk: int):
-    """For each logit multiplier s in scale_G: rows softmax(s q_m . k_n) over n, outputs
-    o_m = sum_n A_mn v_n.  Returns dict of (G,) arrays: mean_cos (simlab anisotropy of the M
-    outputs), kernel_cos (E[o_i . o_k] / E|o|^2 over distinct pairs) and entropy (mean row
-    entropy, nats).  Queries go in chunks of `chunk` rows (lax.map), so memory is chunk x N."""
-    M, H = q_MH.shape
-    C = min(chunk, M)
-    if M % C:
-        raise ValueError(f"n_query {M} must be a multiple of chunk {C}")
-    q_KCH = q_MH.reshape(M // C, C, H)
-
-    def per_scale(s):
-        def per_chunk(q_CH):
-            logits_CN = s * jnp.einsum("ch,nh->cn", q_CH, k_NH)
-            lp_CN = jax.nn.log_softmax(logits_CN, axis=-1)
-            a_CN = jnp.exp(lp_CN)
-            ent = -jnp.sum(a_CN * lp_CN)
-            o_CD = jnp.einsum("cn,nd->cd", a_CN, v_ND)
-            return dict(_cos_sums(o_CD), ent=ent)
-
-        parts = jax.lax.map(per_chunk, q_KCH)
-        tot = jax.tree.map(lambda a: a.sum(0), parts)
-        mean_cos, kernel_cos = _finish_cos(tot, M)
-        return {"mean_cos": mean_cos, "kernel_cos": kernel_cos, "entropy": tot["ent"] / M}
-
-    return jax.lax.map(per_scale, scale_G)
-
-
-def _ratio_ticks(ax, ticks=(0.25, 0.5, 1.0, 2.0, 4.0)):
-    """Plain tick labels on a log x axis of ratios."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
-
-    lo, hi = ax.get_xlim()
-    t = [v for v in ticks if lo <= v <= hi]
-    ax.xaxis.set_major_locator(FixedLocator(t))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticklabels([f"{v:g}" for v in t])
-
-
-def _f(v, nd=3) -> str:
-    return "/".join(f"{float(a):.{nd}f}" for a in np.atleast_1d(v))
 
 
 def criterion(cfg) -> tuple[float, float, float]:
@@ -170,3 +74,32 @@ def shrink_cell(large: float, small: float, min_shrink: float) -> str:
     e.g. 'no (x1.08)'."""
     ratio = small / large if large > 0 else float("inf")
     return f"{'yes' if ratio >= min_shrink else 'no'} (x{ratio:.2f})"
+
+
+def index_16x_smaller(log2_sizes) -> int:
+    """Index of the size 16x smaller than the largest (log2 - 4) on a path of log2 sizes, or of
+    the smallest size when there is none that small: the size the shrink is measured from."""
+    small = [i for i, e in enumerate(log2_sizes) if e <= log2_sizes[-1] - 4]
+    return small[-1] if small else 0
+
+
+def per_size(log2_sizes, values) -> str:
+    """One detail cell: "2^6:0.123 2^8:0.045 ..." (3 decimals)."""
+    return " ".join(f"2^{e}:{v:.3f}" for e, v in zip(log2_sizes, values))
+
+
+def fmt(v, nd=3) -> str:
+    """Values joined by "/", nd decimals: "0.750/0.000/0.000"."""
+    return "/".join(f"{float(a):.{nd}f}" for a in np.atleast_1d(v))
+
+
+def ratio_ticks(ax, ticks=(0.25, 0.5, 1.0, 2.0, 4.0)):
+    """Plain tick labels on a log x axis of ratios."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    lo, hi = ax.get_xlim()
+    t = [v for v in ticks if lo <= v <= hi]
+    ax.xaxis.set_major_locator(FixedLocator(t))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticklabels([f"{v:g}" for v in t])

@@ -1,6 +1,6 @@
 """Claim 6: the freezing line of the paper's protocol, simulated through simlab's own blocks.
 
-Prediction (simlab.theory.paper_iso_entropy_lambda{,_finite}; docs/theory.md, claim 6): for a
+Prediction (simlab.theory.paper_iso_entropy_lambda{,_finite}; docs/theory.md, "Claim 6"): for a
 BERT-initialised block (W_Q, W_K ~ N(0, 0.02^2)) on drifted embeddings (std 0.02, drift N),
 the logits of a query vary over the keys with variance
     s^2 = lambda^4 sigma_w^4 sigma_e^2 d (d sigma_e^2 + N^2),
@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from simlab import theory
-from simlab.studies.check_theory.common import ClaimResult, shrink_cell
+from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
+from simlab.studies.check_theory.common import shrink_cell
 
 
 def crossing(lam, h, level: float) -> float:
@@ -40,7 +41,10 @@ def crossing(lam, h, level: float) -> float:
     return float(np.exp(np.log(lam[j]) + t * (np.log(lam[j + 1]) - np.log(lam[j]))))
 
 
-def simulate(size: dict, cfg: dict) -> dict:
+def sweep_size(size: dict, cfg: dict) -> dict:
+    """One size through simlab.run_sweep: the lambda axis, the seed-mean attn_entropy over
+    (drift N, lambda), and lambda_sim(N) where it crosses `level` (crossing, on the sweep's
+    own float32 means)."""
     import simlab
 
     res = simlab.run_sweep(
@@ -66,58 +70,65 @@ def simulate(size: dict, cfg: dict) -> dict:
     lam = res.axes["lambda"]
     h = res.mean("attn_entropy")  # (N, lambda)
     sim = np.array([crossing(lam, h[i], cfg["level"]) for i in range(len(cfg["drift_norm"]))])
-    kw = dict(length=size["length"], d_model=size["d_model"])
-    finite = theory.paper_iso_entropy_lambda_finite(
-        cfg["drift_norm"], cfg["level"], n_heads=size["n_heads"], **kw
-    )
-    limit = theory.paper_iso_entropy_lambda(cfg["drift_norm"], cfg["level"], **kw)
-    return dict(
-        lam=lam.tolist(),
-        h=h.tolist(),
-        sim=sim.tolist(),
-        finite=finite.tolist(),
-        limit=limit.tolist(),
-    )
+    return dict(lam=lam.tolist(), h=h.tolist(), sim=sim.tolist())
 
 
-def verdict(err_finite: float, err_limit: float, tol: float, lead_tol: float) -> str:
-    if err_finite <= tol:
-        return "agrees"
-    if err_limit <= lead_tol:
-        return "agrees to leading order"
-    return "does not agree"
+def simulate(cfg) -> dict:
+    """sweep_size for every size of the TOML, keyed "d<d_model>_T<length>"."""
+    return {"runs": {f"d{s['d_model']}_T{s['length']}": sweep_size(s, cfg) for s in cfg["sizes"]}}
 
 
-def check(cfg) -> ClaimResult:
-    runs = {f"d{s['d_model']}_T{s['length']}": simulate(s, cfg) for s in cfg["sizes"]}
-    errs_f, errs_l = [], []
-    for r in runs.values():
-        sim = np.asarray(r["sim"])
-        errs_f.append(float(np.max(np.abs(sim / np.asarray(r["finite"]) - 1))))
-        errs_l.append(float(np.max(np.abs(sim / np.asarray(r["limit"]) - 1))))
+def compare(cfg, data) -> Comparison:
+    """The finite-size line (theory.paper_iso_entropy_lambda_finite) and the n -> infinity
+    line (paper_iso_entropy_lambda) at each size, and their largest relative errors in lambda
+    over N."""
+    runs, errs_f, errs_l = {}, [], []
+    for s in cfg["sizes"]:
+        name = f"d{s['d_model']}_T{s['length']}"
+        kw = dict(length=s["length"], d_model=s["d_model"])
+        finite = theory.paper_iso_entropy_lambda_finite(
+            cfg["drift_norm"], cfg["level"], n_heads=s["n_heads"], **kw
+        )
+        limit = theory.paper_iso_entropy_lambda(cfg["drift_norm"], cfg["level"], **kw)
+        runs[name] = dict(data["runs"][name], finite=finite.tolist(), limit=limit.tolist())
+        sim = np.asarray(runs[name]["sim"])
+        errs_f.append(float(np.max(np.abs(sim / np.asarray(runs[name]["finite"]) - 1))))
+        errs_l.append(float(np.max(np.abs(sim / np.asarray(runs[name]["limit"]) - 1))))
     err_f, err_l = max(errs_f), max(errs_l)
-    v = verdict(err_f, err_l, cfg["tol"], cfg["lead_tol"])
     big = list(runs)[-1]
     n = cfg["drift_norm"]
-    res = ClaimResult(
-        claim="6 freezing_line",
-        title="freezing line of the paper's (N, lambda) map",
+    details = [
+        (f"{k}: |lam_sim/lam_pred - 1| max over N (finite / n->inf)", f"{f:.3f} / {li:.3f}")
+        for k, f, li in zip(runs, errs_f, errs_l)
+    ]
+    return Comparison(
         sizes=" ".join(runs),
         predicted=f"lam(N={n[0]:g}..{n[-1]:g}) "
         + "/".join(f"{x:.3g}" for x in runs[big]["finite"]),
         simulated="/".join(f"{x:.3g}" for x in runs[big]["sim"]),
         error=f"finite {err_f:.3f}, limit {err_l:.3f}",
         shrinks=shrink_cell(errs_l[-1], errs_l[0], cfg["min_shrink"]) if len(errs_l) > 1 else "n/a",
-        verdict=v,
+        details=details,
+        criterion_at=len(details),  # the criterion row comes last
+        scores={"finite": err_f, "limit": err_l},
+        data=dict(
+            runs=runs, drift_norm=list(n), level=cfg["level"], err_finite=errs_f, err_limit=errs_l
+        ),
     )
-    res.details = [
-        (f"{k}: |lam_sim/lam_pred - 1| max over N (finite / n->inf)", f"{f:.3f} / {li:.3f}")
-        for k, f, li in zip(runs, errs_f, errs_l)
-    ] + [(f"criterion: finite <= {cfg['tol']:g}, else limit <= {cfg['lead_tol']:g}", v)]
-    res.data = dict(
-        runs=runs, drift_norm=list(n), level=cfg["level"], err_finite=errs_f, err_limit=errs_l
-    )
-    return res
+
+
+def verdict(cfg, comparison: Comparison):
+    """The claim's own rule: "agrees" when the finite-size line is within tol at every N and
+    size; "agrees to leading order" when only the n -> infinity line is within lead_tol; else
+    "does not agree"."""
+    err_finite, err_limit = comparison.scores["finite"], comparison.scores["limit"]
+    if err_finite <= cfg["tol"]:
+        v = "agrees"
+    elif err_limit <= cfg["lead_tol"]:
+        v = "agrees to leading order"
+    else:
+        v = "does not agree"
+    return v, (f"criterion: finite <= {cfg['tol']:g}, else limit <= {cfg['lead_tol']:g}", v)
 
 
 def figure(res: ClaimResult, path: Path):
@@ -142,3 +153,14 @@ def figure(res: ClaimResult, path: Path):
     )
     ax.legend(fontsize=7)
     plot.save_figure(fig, path)
+
+
+# registered by check_theory/__init__.py, in the table's order
+CLAIM = Claim(
+    "freezing_line",
+    "freezing line of the paper's (N, lambda) map",
+    simulate,
+    compare,
+    verdict,
+    figure,
+)

@@ -1,7 +1,10 @@
 """Claim 1: the entropy of a softmax of T i.i.d. Gaussian logits (random energy model).
 
-The simulation, the check that turns simulation + prediction into a row of the table
-(`check(cfg) -> ClaimResult`), and the figure (`figure(result, path)`).
+Prediction: simlab.theory.rem_normalized_entropy, H / ln T -> 1 - x^2 below x = s / sqrt(2 ln T)
+= 1 and 0 above (Derrida 1981).  Simulation: for each T of the TOML's path, `rows` rows of T
+i.i.d. N(0, 1) logits scaled by x sqrt(2 ln T) for every x of the grid (common random numbers
+across x).  Criterion (experiments/theory_rem_entropy.toml): the largest T's error away from
+the kink (|x - 1| >= 0.25), common.verdict_from; at x = 1 the rate is measured and reported.
 """
 
 from __future__ import annotations
@@ -15,93 +18,108 @@ import jax.numpy as jnp
 import numpy as np
 
 from simlab import theory
-from simlab.studies.check_theory.common import ClaimResult, _f, shrink_cell, verdict_from
+from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
+from simlab.studies.check_theory.common import (
+    fmt,
+    index_16x_smaller,
+    per_size,
+    shrink_cell,
+    verdict_from,
+)
+from simlab.studies.check_theory.reference import row_entropy
 
 
 @partial(jax.jit, static_argnames=("T", "rows"))
-def sim_rem_entropy(key, x_K, *, T: int, rows: int):
-    """Claim 1.  rows x T i.i.d. N(0, 1) logits g; for each x, softmax(x s_c g) with
-    s_c = sqrt(2 ln T); returns (mean, std) over rows of the row entropy, each (K,)."""
+def sim_rem_entropy(key, x_G, *, T: int, rows: int):
+    """rows x T i.i.d. N(0, 1) logits g; for each x of x_G, softmax(x s_c g) with
+    s_c = sqrt(2 ln T); returns (mean, std) over rows of the row entropy, each (G,)."""
     g_RT = jax.random.normal(key, (rows, T))
     s_c = math.sqrt(2.0 * math.log(T))
 
     def one(x):
-        lp_RT = jax.nn.log_softmax(x * s_c * g_RT, axis=-1)
-        h_R = -jnp.sum(jnp.exp(lp_RT) * lp_RT, axis=-1)
+        h_R = row_entropy(x * s_c * g_RT)
         return h_R.mean(), h_R.std()
 
-    return jax.lax.map(one, x_K)
+    return jax.lax.map(one, x_G)
 
 
-def check(cfg) -> ClaimResult:
+def simulate(cfg) -> dict:
+    """Per T = 2^log2_T: the mean and std over rows of the row entropy (nats) on the x grid."""
     key = jax.random.PRNGKey(cfg["seed"])
-    x_K = np.linspace(0.0, cfg["x_max"], cfg["x_points"])
-    h_inf = theory.rem_normalized_entropy(x_K)
+    x_G = np.linspace(0.0, cfg["x_max"], cfg["x_points"])
     Ts = [2**e for e in cfg["log2_T"]]
-    curves, sup_err, off_err, frozen = {}, [], [], []
-    off = np.abs(x_K - 1.0) >= 0.25
+    out = {"x": x_G.tolist(), "T": Ts, "rows": {}, "mean": {}, "std": {}}
     for T in Ts:
         rows = max(cfg["min_rows"], cfg["row_budget"] // T)
-        m, s = sim_rem_entropy(jax.random.fold_in(key, T), jnp.asarray(x_K), T=T, rows=rows)
-        h = np.asarray(m, float) / math.log(T)
-        curves[T] = (h, np.asarray(s, float) / math.log(T) / math.sqrt(rows))
+        m, s = sim_rem_entropy(jax.random.fold_in(key, T), jnp.asarray(x_G), T=T, rows=rows)
+        out["rows"][str(T)] = rows
+        out["mean"][str(T)] = np.asarray(m, float).tolist()
+        out["std"][str(T)] = np.asarray(s, float).tolist()
+    return out
+
+
+def compare(cfg, data) -> Comparison:
+    x_G = np.asarray(data["x"], float)
+    Ts = data["T"]
+    h_inf = theory.rem_normalized_entropy(x_G)
+    off = np.abs(x_G - 1.0) >= 0.25
+    curves, sup_err, off_err, frozen = {}, [], [], []
+    for T in Ts:
+        m = np.asarray(data["mean"][str(T)], float)
+        h = m / math.log(T)
+        se = np.asarray(data["std"][str(T)], float) / math.log(T)
+        curves[T] = (h, se / math.sqrt(data["rows"][str(T)]))
         err = np.abs(h - h_inf)
         sup_err.append(err.max())
         off_err.append(err[off].max())
         frozen.append(float(m[-1]))
     sup_err, off_err = np.array(sup_err), np.array(off_err)
-    # the size 16x smaller than the largest (log2 T - 4), or the smallest available
-    small = [i for i, e in enumerate(cfg["log2_T"]) if e <= cfg["log2_T"][-1] - 4]
-    i_small = small[-1] if small else 0
+    log2_T = cfg["log2_T"]
+    i_small = index_16x_smaller(log2_T)
     probe = np.array([0.5, 1.0, 1.5])
-    h_big = curves[Ts[-1]][0]
-    sim_probe = np.interp(probe, x_K, h_big)
-    # of the sup error (the error column), against the declared factor
-    shrinks = shrink_cell(sup_err[-1], sup_err[i_small], cfg["min_shrink"])
-    x_frozen = x_K[-1]
-    # the criterion applies away from the kink (|x - 1| >= 0.25); at x = 1 the rate is measured
-    verdict, rule = verdict_from(off_err, i_small, cfg)
-    i1 = int(np.argmin(np.abs(x_K - 1.0)))
+    # the rate at the kink x = 1: |H/lnT - limit| against ln T on log-log axes
+    i1 = int(np.argmin(np.abs(x_G - 1.0)))
     e1 = np.array([abs(curves[T][0][i1] - h_inf[i1]) for T in Ts])
     lnT = np.log(np.array(Ts, float))
     rate = float(np.polyfit(np.log(lnT), np.log(np.maximum(e1, 1e-12)), 1)[0])
-    res = ClaimResult(
-        claim="1 rem_entropy",
-        title="REM entropy of softmax(i.i.d. logits)",
-        sizes=f"T=2^{cfg['log2_T'][0]}..2^{cfg['log2_T'][-1]}",
-        predicted="H/lnT@x=.5/1/1.5: " + _f(theory.rem_normalized_entropy(probe)),
-        simulated=_f(sim_probe),
-        error=f"sup {sup_err[-1]:.3f} (2^{cfg['log2_T'][i_small]}: {sup_err[i_small]:.3f})",
-        shrinks=shrinks,
-        verdict=verdict,
+    x_frozen = x_G[-1]
+    return Comparison(
+        sizes=f"T=2^{log2_T[0]}..2^{log2_T[-1]}",
+        predicted="H/lnT@x=.5/1/1.5: " + fmt(theory.rem_normalized_entropy(probe)),
+        simulated=fmt(np.interp(probe, x_G, curves[Ts[-1]][0])),
+        error=f"sup {sup_err[-1]:.3f} (2^{log2_T[i_small]}: {sup_err[i_small]:.3f})",
+        # of the sup error (the error column), against the declared factor
+        shrinks=shrink_cell(sup_err[-1], sup_err[i_small], cfg["min_shrink"]),
+        details=[
+            (
+                f"rate at x = 1: |H/lnT - limit| ~ (ln T)^{rate:.2f} (measured)",
+                per_size(log2_T, e1),
+            ),
+            ("sup_x |H/lnT - limit| per T", per_size(log2_T, sup_err)),
+            ("same, |x-1| >= 0.25", per_size(log2_T, off_err)),
+            (
+                f"frozen H at x={x_frozen:g} (limit psi(1)-psi(1-1/x)="
+                f"{float(theory.rem_frozen_entropy(x_frozen)):.3f})",
+                per_size(log2_T, frozen),
+            ),
+        ],
+        # the criterion applies away from the kink (|x - 1| >= 0.25)
+        scores={"errors": off_err, "i_small": i_small},
+        data=dict(
+            x=x_G.tolist(),
+            T=Ts,
+            h={str(T): curves[T][0].tolist() for T in Ts},
+            h_se={str(T): curves[T][1].tolist() for T in Ts},
+            sup_err=sup_err.tolist(),
+            off_err=off_err.tolist(),
+            frozen=frozen,
+        ),
     )
-    res.details = [
-        ("criterion (|x-1| >= 0.25)", rule),
-        (
-            f"rate at x = 1: |H/lnT - limit| ~ (ln T)^{rate:.2f} (measured)",
-            " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_T"], e1)),
-        ),
-        (
-            "sup_x |H/lnT - limit| per T",
-            " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_T"], sup_err)),
-        ),
-        ("same, |x-1| >= 0.25", " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_T"], off_err))),
-        (
-            f"frozen H at x={x_frozen:g} (limit psi(1)-psi(1-1/x)="
-            f"{float(theory.rem_frozen_entropy(x_frozen)):.3f})",
-            " ".join(f"2^{e}:{v:.3f}" for e, v in zip(cfg["log2_T"], frozen)),
-        ),
-    ]
-    res.data = dict(
-        x=x_K.tolist(),
-        T=Ts,
-        h={str(T): curves[T][0].tolist() for T in Ts},
-        h_se={str(T): curves[T][1].tolist() for T in Ts},
-        sup_err=sup_err.tolist(),
-        off_err=off_err.tolist(),
-        frozen=frozen,
-    )
-    return res
+
+
+def verdict(cfg, comparison: Comparison):
+    v, rule = verdict_from(comparison.scores["errors"], comparison.scores["i_small"], cfg)
+    return v, ("criterion (|x-1| >= 0.25)", rule)
 
 
 def figure(res: ClaimResult, path: Path):
@@ -144,3 +162,14 @@ def figure(res: ClaimResult, path: Path):
         ax=ax2,
     )
     plot.save_figure(fig, path)
+
+
+# registered by check_theory/__init__.py, in the table's order
+CLAIM = Claim(
+    "rem_entropy",
+    "REM entropy of softmax(i.i.d. logits)",
+    simulate,
+    compare,
+    verdict,
+    figure,
+)

@@ -1,6 +1,6 @@
 """Claim 7: signal propagation through depth, simulated through simlab's own blocks.
 
-Prediction (simlab.theory.signal_propagation; docs/theory.md, claim 7): Giorlandino & Goldt's
+Prediction (simlab.theory.signal_propagation; docs/theory.md, "Claim 7"): Giorlandino & Goldt's
 layer-to-layer recursion of the tokens' order parameters (squared norm, overlap within a
 sequence, overlap across sequences), ported to simlab's post-LN, pre-LN and attention-only
 wiring with its GELU MLP and finite-T softmax overlaps, gives the per-layer out_cos and
@@ -21,21 +21,23 @@ from pathlib import Path
 import numpy as np
 
 from simlab import theory
-from simlab.studies.check_theory.common import ClaimResult, shrink_cell, verdict_from
+from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
+from simlab.studies.check_theory.common import shrink_cell, verdict_from
 
 METRICS = ("out_cos", "out_cos_within")
 
 
-def simulate(kind: str, size: dict, cfg: dict) -> dict:
+def sweep_stack(kind: str, size: dict, cfg: dict) -> dict:
+    """One kind of stack at one size through simlab.run_sweep: the seed means of out_cos and
+    out_cos_within, (temperature, layer) each."""
     import simlab
 
-    mlp = kind != "attention"
     res = simlab.run_sweep(
         block=dict(
             kind=kind,
             d_model=size["d_model"],
             n_heads=size["n_heads"],
-            mlp=mlp,
+            mlp=kind != "attention",
             init="fan_in",
             depth=cfg["depth"],
         ),
@@ -45,57 +47,58 @@ def simulate(kind: str, size: dict, cfg: dict) -> dict:
         out=None,
         quiet=True,
     )
-    out = {}
-    for m in METRICS:
-        out[f"sim_{m}"] = res.mean(m).tolist()  # (temperature, layer)
+    return {f"sim_{m}": res.mean(m).tolist() for m in METRICS}
+
+
+def simulate(cfg) -> dict:
+    """sweep_stack for every kind and size of the TOML, keyed "d<d_model>_T<length>" then by
+    kind."""
+    return {
+        "runs": {
+            f"d{s['d_model']}_T{s['length']}": {k: sweep_stack(k, s, cfg) for k in cfg["kinds"]}
+            for s in cfg["sizes"]
+        }
+    }
+
+
+def predict(kind: str, size: dict, cfg: dict) -> dict:
+    """theory.signal_propagation at each temperature: pred_out_cos, pred_out_cos_within,
+    (temperature, layer) each."""
     pred = [
         theory.signal_propagation(
-            kind, cfg["depth"], size["length"], size["batch"], 1.0 / t, mlp=mlp
+            kind, cfg["depth"], size["length"], size["batch"], 1.0 / t, mlp=kind != "attention"
         )
         for t in cfg["temperature"]
     ]
-    for m in METRICS:
-        out[f"pred_{m}"] = [p[m].tolist() for p in pred]
-    out["err"] = float(
-        max(
-            np.max(np.abs(np.asarray(out[f"sim_{m}"]) - np.asarray(out[f"pred_{m}"])))
-            for m in METRICS
-        )
-    )
-    return out
+    return {f"pred_{m}": [p[m].tolist() for p in pred] for m in METRICS}
 
 
-def check(cfg) -> ClaimResult:
+def compare(cfg, data) -> Comparison:
     kinds = list(cfg["kinds"])
     runs = {}
     for s in cfg["sizes"]:
-        key = f"d{s['d_model']}_T{s['length']}"
-        runs[key] = {k: simulate(k, s, cfg) for k in kinds}
+        name = f"d{s['d_model']}_T{s['length']}"
+        runs[name] = {}
+        for k in kinds:
+            r = dict(data["runs"][name][k], **predict(k, s, cfg))
+            r["err"] = float(
+                max(
+                    np.max(np.abs(np.asarray(r[f"sim_{m}"]) - np.asarray(r[f"pred_{m}"])))
+                    for m in METRICS
+                )
+            )
+            runs[name][k] = r
     errs = [max(r[k]["err"] for k in kinds) for r in runs.values()]
-    verdict, rule = verdict_from(errs, 0, cfg)
-    big = list(runs)[-1]
-    L = cfg["depth"]
+    big, L = list(runs)[-1], cfg["depth"]
     t_mid = len(cfg["temperature"]) // 2
-    res = ClaimResult(
-        claim="7 signal_prop",
-        title="per-layer token cosines of depth stacks (Giorlandino-Goldt recursion)",
-        sizes=" ".join(runs) + f" L={L}",
-        predicted=f"out_cos@L{L}, temp {cfg['temperature'][t_mid]:g} "
-        + "/".join(f"{runs[big][k]['pred_out_cos'][t_mid][-1]:.3f}" for k in kinds),
-        simulated="/".join(f"{runs[big][k]['sim_out_cos'][t_mid][-1]:.3f}" for k in kinds)
-        + f" ({'/'.join(kinds)})",
-        error=f"{errs[-1]:.3f} ({list(runs)[0]}: {errs[0]:.3f})",
-        shrinks=shrink_cell(errs[-1], errs[0], cfg["min_shrink"]),
-        verdict=verdict,
-    )
-    res.details = [("criterion", rule)] + [
+    details = [
         (
             f"{size}: max |sim - pred| per kind (all temperatures, layers, both metrics)",
             ", ".join(f"{k} {r[k]['err']:.3f}" for k in kinds),
         )
         for size, r in runs.items()
     ]
-    res.details += [
+    details += [
         (
             f"{big} {k}, temp {t:g}: |sim - pred| per layer (out_cos)",
             " ".join(
@@ -106,10 +109,24 @@ def check(cfg) -> ClaimResult:
         for k in kinds
         for i, t in enumerate(cfg["temperature"])
     ]
-    res.data = dict(
-        runs=runs, kinds=kinds, temperature=list(cfg["temperature"]), depth=L, errs=errs
+    return Comparison(
+        sizes=" ".join(runs) + f" L={L}",
+        predicted=f"out_cos@L{L}, temp {cfg['temperature'][t_mid]:g} "
+        + "/".join(f"{runs[big][k]['pred_out_cos'][t_mid][-1]:.3f}" for k in kinds),
+        simulated="/".join(f"{runs[big][k]['sim_out_cos'][t_mid][-1]:.3f}" for k in kinds)
+        + f" ({'/'.join(kinds)})",
+        error=f"{errs[-1]:.3f} ({list(runs)[0]}: {errs[0]:.3f})",
+        shrinks=shrink_cell(errs[-1], errs[0], cfg["min_shrink"]),
+        details=details,
+        scores={"errors": errs},
+        data=dict(runs=runs, kinds=kinds, temperature=list(cfg["temperature"]), depth=L, errs=errs),
     )
-    return res
+
+
+def verdict(cfg, comparison: Comparison):
+    """common.verdict_from on the largest error per size, the shrink from the smallest size."""
+    v, rule = verdict_from(comparison.scores["errors"], 0, cfg)
+    return v, ("criterion", rule)
 
 
 def figure(res: ClaimResult, path: Path):
@@ -139,3 +156,15 @@ def figure(res: ClaimResult, path: Path):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     plot.save_figure(fig, path)
+
+
+# registered by check_theory/__init__.py, in the table's order
+CLAIM = Claim(
+    "signal_propagation",
+    "per-layer token cosines of depth stacks (Giorlandino-Goldt recursion)",
+    simulate,
+    compare,
+    verdict,
+    figure,
+    label="signal_prop",
+)

@@ -1,7 +1,13 @@
 """Claim 4: Zhai et al., the attention entropy lower bound from the spectral norm of the logits.
 
-The simulation, the check that turns simulation + prediction into a row of the table
-(`check(cfg) -> ClaimResult`), and the figure (`figure(result, path)`).
+Prediction: simlab.theory.zhai_entropy_lower_bound (every row entropy of softmax(L) is at
+least h_T(sqrt(T / (T - 1)) ||L||_2)) and Zhai et al.'s stated form zhai_stated_bound, in terms
+of the weights and the inputs.  Simulation: a property test over n_configs random heads (sizes
+and knobs drawn per configuration: random_entropy_configs): the smallest row entropy in
+float32, ||L||_2 and the factor norms in float64.  Criterion (the claim's own): no
+configuration below either bound by more than the float32 rounding allowance
+(entropy_tolerance); the verdict also counts the configurations where the bound says something
+(strictly between 1% and 99% of ln T).
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from simlab import theory
-from simlab.studies.check_theory.common import ClaimResult, correlated_tokens
+from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
+from simlab.studies.check_theory.reference import correlated_tokens
 
 
 def head_logits(key, knobs, *, T: int, d_model: int, d_head: int):
@@ -29,12 +36,13 @@ def head_logits(key, knobs, *, T: int, d_model: int, d_head: int):
     Returns (L (T, T), X~ (T, D+1), W~ (D+1, D+1)) with L = X~ W~ X~^T exactly: X~ = [X, 1]
     (the tokens and a constant column that carries the shifts), W~ = W~_Q W~_K^T /
     (sqrt(d_head) temperature), W~_Q = [q_scale W_Q; q_shift u_q^T], W~_K likewise: the
-    factors of Zhai et al.'s statement (theory.zhai_stated_bound)."""
+    factors of Zhai et al.'s statement (theory.zhai_stated_bound); E indexes the D + 1 columns
+    of X~."""
     n_tok = knobs.get("n_tok", T)
     n_model = knobs.get("n_model", d_model)
     n_head = knobs.get("n_head", d_head)
     m_D = (jnp.arange(d_model) < n_model).astype(jnp.float32)
-    m_H = (jnp.arange(d_head) < n_head).astype(jnp.float32)
+    m_K = (jnp.arange(d_head) < n_head).astype(jnp.float32)
     m_T = (jnp.arange(T) < n_tok).astype(jnp.float32)
     kx, kb, kq, kk, ku, kv = jax.random.split(key, 6)
 
@@ -44,31 +52,25 @@ def head_logits(key, knobs, *, T: int, d_model: int, d_head: int):
 
     x_TD = correlated_tokens(kx, T, d_model, knobs["input_corr"], knobs["sigma"])
     x_TD = (x_TD + knobs["drift_norm"] * unit(kb, m_D)) * m_D
-    wq_DH = jax.random.normal(kq, (d_model, d_head)) * m_H / jnp.sqrt(n_model)
-    wk_DH = jax.random.normal(kk, (d_model, d_head)) * m_H / jnp.sqrt(n_model)
-    q_TH = knobs["q_scale"] * jnp.einsum("td,dh->th", x_TD, wq_DH) + knobs["q_shift"] * unit(
-        ku, m_H
+    wq_DK = jax.random.normal(kq, (d_model, d_head)) * m_K / jnp.sqrt(n_model)
+    wk_DK = jax.random.normal(kk, (d_model, d_head)) * m_K / jnp.sqrt(n_model)
+    q_TK = knobs["q_scale"] * jnp.einsum("td,dk->tk", x_TD, wq_DK) + knobs["q_shift"] * unit(
+        ku, m_K
     )
-    k_TH = knobs["k_scale"] * jnp.einsum("td,dh->th", x_TD, wk_DH) + knobs["k_shift"] * unit(
-        kv, m_H
+    k_TK = knobs["k_scale"] * jnp.einsum("td,dk->tk", x_TD, wk_DK) + knobs["k_shift"] * unit(
+        kv, m_K
     )
     c = jnp.sqrt(n_head) * knobs["temperature"]
-    logits_TS = jnp.einsum("th,sh->ts", q_TH, k_TH) / c
+    logits_TS = jnp.einsum("tk,sk->ts", q_TK, k_TK) / c
     x1_TE = jnp.concatenate([x_TD, jnp.ones((T, 1))], axis=1) * m_T[:, None]
-    wq_EH = jnp.concatenate([knobs["q_scale"] * wq_DH, knobs["q_shift"] * unit(ku, m_H)[None]])
-    wk_EH = jnp.concatenate([knobs["k_scale"] * wk_DH, knobs["k_shift"] * unit(kv, m_H)[None]])
-    return logits_TS * m_T[:, None] * m_T[None, :], x1_TE, wq_EH @ wk_EH.T / c
-
-
-def row_entropy(logits_TS):
-    """Entropy (nats) of each softmax row; exact zeros for one-hot rows."""
-    lp = jax.nn.log_softmax(logits_TS, axis=-1)
-    return -jnp.sum(jnp.exp(lp) * lp, axis=-1)
+    wq_EK = jnp.concatenate([knobs["q_scale"] * wq_DK, knobs["q_shift"] * unit(ku, m_K)[None]])
+    wk_EK = jnp.concatenate([knobs["k_scale"] * wk_DK, knobs["k_shift"] * unit(kv, m_K)[None]])
+    return logits_TS * m_T[:, None] * m_T[None, :], x1_TE, wq_EK @ wk_EK.T / c
 
 
 @partial(jax.jit, static_argnames=("T", "d_model", "d_head"))
 def sim_head_logits(keys, knobs, *, T: int, d_model: int, d_head: int):
-    """Claim 4, a batch of configurations (vmap over keys and knob arrays, sizes traced through
+    """A batch of configurations (vmap over keys and knob arrays, sizes traced through
     knobs n_tok / n_model / n_head up to the static padded sizes): logit matrices (B, T, T) and
     the factors X~ (B, T, D+1), W~ (B, D+1, D+1) of head_logits."""
     return jax.vmap(lambda k, kn: head_logits(k, kn, T=T, d_model=d_model, d_head=d_head))(
@@ -77,19 +79,19 @@ def sim_head_logits(keys, knobs, *, T: int, d_model: int, d_head: int):
 
 
 @jax.jit
-def min_row_entropy(L_BTT, n_tok_B):
+def min_row_entropy(L_BTS, n_tok_B):
     """Smallest row entropy over the first n_tok rows of each stored logit matrix (softmax over
     its first n_tok columns), (B,).  Kept in its own jit on purpose: fused with the computation
     of huge logits (|l| ~ 1e9), XLA recomputed the logits with a different rounding for the max
     and for the exponent, and exp(l - max) overflowed (NaN)."""
-    T = L_BTT.shape[-1]
+    T = L_BTS.shape[-1]
     valid_BT = jnp.arange(T)[None, :] < n_tok_B[:, None]
-    lp = jax.nn.log_softmax(jnp.where(valid_BT[:, None, :], L_BTT, -jnp.inf), axis=-1)
+    lp = jax.nn.log_softmax(jnp.where(valid_BT[:, None, :], L_BTS, -jnp.inf), axis=-1)
     h_BT = -jnp.sum(jnp.where(valid_BT[:, None, :], jnp.exp(lp) * lp, 0.0), axis=-1)
     return jnp.min(jnp.where(valid_BT, h_BT, jnp.inf), axis=-1)
 
 
-def spectral_norms(L_BTT, n_tok_B) -> np.ndarray:
+def spectral_norms(L_BTS, n_tok_B) -> np.ndarray:
     """Largest singular value of the leading n_tok x n_tok block of each matrix, in float64, as
     sqrt of the top eigenvalue of the Gram matrix L^T L: all eigenvalues by LAPACK (syevd) up
     to T = 64, and for larger T Lanczos (ARPACK) iterated to machine precision (tol = 0),
@@ -98,7 +100,7 @@ def spectral_norms(L_BTT, n_tok_B) -> np.ndarray:
     violation of the bound."""
     from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh
 
-    L = np.asarray(L_BTT, dtype=np.float64)
+    L = np.asarray(L_BTS, dtype=np.float64)
     n_tok_B = np.asarray(n_tok_B)
     out = np.zeros(len(n_tok_B))
     for t in np.unique(n_tok_B):
@@ -170,16 +172,16 @@ def factor_norms(x1_BTE, w_BEE) -> tuple[np.ndarray, np.ndarray]:
     return np.linalg.norm(w, ord=2, axis=(1, 2)), np.maximum(xx, 0.0)
 
 
-def run_entropy_configs(cfg, seed: int, batch: int = 256):
-    """Simulate every configuration; returns the config arrays plus min_entropy, spec_norm,
-    bound and slack (= min_entropy - bound), and Zhai et al.'s stated form: w_norm, xx_norm,
-    stated_bound, stated_slack."""
+def simulate_configs(cfg, seed: int, batch: int = 256) -> dict[str, np.ndarray]:
+    """Simulate every configuration: the config arrays plus min_entropy (the smallest row
+    entropy, float32 softmax), spec_norm (||L||_2), w_norm (||W~||_2) and xx_norm
+    (||X~ X~^T||_2), the norms in float64."""
     rng = np.random.default_rng(seed)
     key = jax.random.PRNGKey(seed)
     c = random_entropy_configs(cfg, rng)
     n = c["T"].size
     h, sn, wn, xn = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-    D, H = int(max(cfg["d_model"])), int(max(cfg["d_head"]))
+    D, K = int(max(cfg["d_model"])), int(max(cfg["d_head"]))
     t_pad = np.array([next(p for p in T_PAD_LADDER if p >= t) for t in c["T"]])
     knob_names = (
         "q_scale",
@@ -203,23 +205,35 @@ def run_entropy_configs(cfg, seed: int, batch: int = 256):
             kn["n_model"] = jnp.asarray(c["d_model"][sel], jnp.float32)
             kn["n_head"] = jnp.asarray(c["d_head"][sel], jnp.float32)
             keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.asarray(sel))
-            L, x1, w = sim_head_logits(keys, kn, T=int(tp), d_model=D, d_head=H)
+            L, x1, w = sim_head_logits(keys, kn, T=int(tp), d_model=D, d_head=K)
             hb = np.asarray(min_row_entropy(L, kn["n_tok"]), float)
             h[idx] = hb[: idx.size]
             sn[idx] = spectral_norms(L[: idx.size], c["T"][idx])
             wn[idx], xn[idx] = factor_norms(x1[: idx.size], w[: idx.size])
     out = dict(c)
-    out.update(min_entropy=h, spec_norm=sn, bound=theory.zhai_entropy_lower_bound(sn, c["T"]))
-    out["slack"] = out["min_entropy"] - out["bound"]
-    out.update(w_norm=wn, xx_norm=xn, stated_bound=theory.zhai_stated_bound(wn, xn, c["T"]))
-    out["stated_slack"] = out["min_entropy"] - out["stated_bound"]
+    out.update(min_entropy=h, spec_norm=sn, w_norm=wn, xx_norm=xn)
     return out
 
 
-def check(cfg) -> ClaimResult:
-    r = run_entropy_configs(cfg, cfg["seed"])
+def add_bounds(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The simulated configurations with the predictions beside them: bound (the ||L||_2
+    form), slack = min_entropy - bound, and Zhai et al.'s stated form: stated_bound,
+    stated_slack."""
+    out = dict(r)
+    out["bound"] = theory.zhai_entropy_lower_bound(r["spec_norm"], r["T"])
+    out["slack"] = r["min_entropy"] - out["bound"]
+    out["stated_bound"] = theory.zhai_stated_bound(r["w_norm"], r["xx_norm"], r["T"])
+    out["stated_slack"] = r["min_entropy"] - out["stated_bound"]
+    return out
+
+
+def simulate(cfg) -> dict:
+    return simulate_configs(cfg, cfg["seed"])
+
+
+def compare(cfg, data) -> Comparison:
+    r = add_bounds({k: np.asarray(v) for k, v in data.items()})
     tol = entropy_tolerance(r["T"])
-    viol = r["slack"] < -tol
     n = r["T"].size
     finite = np.isfinite(r["min_entropy"]) & np.isfinite(r["bound"])
     lnT = np.log(r["T"])
@@ -227,50 +241,60 @@ def check(cfg) -> ClaimResult:
     # measured entropy come: 0 = attains the bound, 1 = sits at the maximum ln T
     mid = finite & (r["bound"] > 0.01 * lnT) & (r["bound"] < 0.99 * lnT)
     closeness = r["slack"][mid] / (lnT[mid] - r["bound"][mid])
-    nviol = int(viol.sum()) + int((~finite).sum())
+    nviol = int((r["slack"] < -tol).sum()) + int((~finite).sum())
     # the stated form (||W~||_2 ||X~ X~^T||_2 >= ||L||_2): weaker, so it must hold too
     s_viol = int((r["stated_slack"] < -tol).sum()) + int((~np.isfinite(r["stated_bound"])).sum())
     s_mid = finite & (r["stated_bound"] > 0.01 * lnT) & (r["stated_bound"] < 0.99 * lnT)
     loose = (r["w_norm"] * r["xx_norm"])[finite] / np.maximum(r["spec_norm"][finite], 1e-300)
-    # a bound that holds says little where it is ~0 or ~ln T: how many configs it informs
-    verdict = (
-        f"holds; informative for {int(mid.sum())} of {n} (stated form: {int(s_mid.sum())})"
-        if nviol + s_viol == 0
-        else f"VIOLATED ({nviol} ||L||_2 form, {s_viol} stated form)"
-    )
-    res = ClaimResult(
-        claim="4 zhai_bound",
-        title="attention entropy >= h_T(sqrt(T/(T-1)) ||L||_2)",
+    return Comparison(
         sizes=f"{n} configs T={min(cfg['T'])}..{max(cfg['T'])}",
         predicted="min_i H_i - bound >= 0",
         simulated=f"min slack {np.min(r['slack']):.1e}",
         error=f"{nviol} + {s_viol} violations",
         shrinks="n/a (bound)",
-        verdict=verdict,
+        details=[
+            ("configurations / violations (tol 64 ulp (1+lnT))", f"{n} / {nviol}"),
+            ("configs with 0.01 lnT < bound < 0.99 lnT", f"{int(mid.sum())}"),
+            (
+                "among those, min and median (H-bound)/(lnT-bound)",
+                f"{closeness.min():.3f} / {np.median(closeness):.3f}" if mid.any() else "n/a",
+            ),
+            (
+                "configs with bound < 0.01 lnT / > 0.99 lnT",
+                f"{int((finite & (r['bound'] <= 0.01 * lnT)).sum())} / "
+                f"{int((finite & (r['bound'] >= 0.99 * lnT)).sum())}",
+            ),
+            (
+                "stated form h_T(sqrt(T/(T-1)) ||W~||_2 ||X~X~^T||_2): violations / informative",
+                f"{s_viol} / {int(s_mid.sum())}",
+            ),
+            (
+                "||W~||_2 ||X~X~^T||_2 / ||L||_2: median / max (>= 1)",
+                f"{np.median(loose):.3g} / {np.max(loose):.3g} (min {np.min(loose):.6f})",
+            ),
+        ],
+        scores={
+            "n": n,
+            "violations": nviol,
+            "stated_violations": s_viol,
+            "informative": int(mid.sum()),
+            "stated_informative": int(s_mid.sum()),
+        },
+        data={k: np.asarray(v).tolist() for k, v in r.items()},
     )
-    res.details = [
-        ("configurations / violations (tol 64 ulp (1+lnT))", f"{n} / {nviol}"),
-        ("configs with 0.01 lnT < bound < 0.99 lnT", f"{int(mid.sum())}"),
-        (
-            "among those, min and median (H-bound)/(lnT-bound)",
-            f"{closeness.min():.3f} / {np.median(closeness):.3f}" if mid.any() else "n/a",
-        ),
-        (
-            "configs with bound < 0.01 lnT / > 0.99 lnT",
-            f"{int((finite & (r['bound'] <= 0.01 * lnT)).sum())} / "
-            f"{int((finite & (r['bound'] >= 0.99 * lnT)).sum())}",
-        ),
-        (
-            "stated form h_T(sqrt(T/(T-1)) ||W~||_2 ||X~X~^T||_2): violations / informative",
-            f"{s_viol} / {int(s_mid.sum())}",
-        ),
-        (
-            "||W~||_2 ||X~X~^T||_2 / ||L||_2: median / max (>= 1)",
-            f"{np.median(loose):.3g} / {np.max(loose):.3g} (min {np.min(loose):.6f})",
-        ),
-    ]
-    res.data = {k: np.asarray(v).tolist() for k, v in r.items()}
-    return res
+
+
+def verdict(cfg, comparison: Comparison) -> str:
+    """The claim's own rule: "holds" when no configuration violates either form, with how
+    many configurations it informs (a bound that holds says little where it is ~0 or ~ln T);
+    else "VIOLATED"."""
+    s = comparison.scores
+    if s["violations"] + s["stated_violations"] == 0:
+        return (
+            f"holds; informative for {s['informative']} of {s['n']} "
+            f"(stated form: {s['stated_informative']})"
+        )
+    return f"VIOLATED ({s['violations']} ||L||_2 form, {s['stated_violations']} stated form)"
 
 
 def figure(res: ClaimResult, path: Path):
@@ -325,3 +349,14 @@ def figure(res: ClaimResult, path: Path):
     ax2.set_title("entropy against ||L||_2 with the bound per T", fontsize=10)
     ax2.legend(fontsize=8)
     plot.save_figure(fig, path)
+
+
+# registered by check_theory/__init__.py, in the table's order
+CLAIM = Claim(
+    "zhai_bound",
+    "attention entropy >= h_T(sqrt(T/(T-1)) ||L||_2)",
+    simulate,
+    compare,
+    verdict,
+    figure,
+)
