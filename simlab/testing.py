@@ -9,9 +9,9 @@ project's guarantees with one test:
 Each check builds small labs (d_model 16, 4 heads, depth 2, fan_in init, 2 x 12 tokens) that use
 the entry, and asserts:
   paths      the default Lab (hoisted projections, factored logits where the block allows,
-             tiles small enough that every tile loop runs) and the hoisted-only Lab equal the
-             plain oracle Lab(hoist=False, factor=False, tiled=False) within PATH_TOL (float32
-             rounding: the same math, reassociated), at knob points that really differ;
+             tiles small enough that every tile loop runs) equals the plain oracle
+             Lab(hoist=False, factor=False, tiled=False) within PATH_TOL (float32 rounding: the
+             same math, reassociated), at knob points that really differ;
   float64    the same seed under `jax.enable_x64(True)` draws the same sample (every random
              number is drawn in float32 and cast) and agrees with float32 within X64_TOL;
   extremes   every metric finite at the corners of the knobs' promised ranges (docs/config.md,
@@ -158,6 +158,11 @@ def _stacked(points: Sequence[Mapping[str, float]]) -> dict[str, jax.Array]:
     return {k: jnp.stack([a[k] for a in arrays]) for k in KNOB_DEFAULTS}
 
 
+def run_labs(labs: Sequence[Lab], cases: Sequence[Case], points=POINTS) -> list[dict]:
+    """Each lab at its case's knob points (vmapped), all in one compiled call."""
+    return _run(labs, [c.knob_points(points) for c in cases])
+
+
 def _run(labs: Sequence[Lab], points: Sequence[Sequence[Mapping[str, float]]]):
     """Every lab at its points (vmapped), all in one compiled call; metrics as float64 numpy."""
     states = [lab.seed_state(jax.random.PRNGKey(SEED)) for lab in labs]
@@ -171,10 +176,11 @@ def _run(labs: Sequence[Lab], points: Sequence[Sequence[Mapping[str, float]]]):
 
 
 # ------------------------------------------------------------------------------ paths
+# the plain oracle and the default Lab (hoisted projections and factored logits where the block
+# allows, tiles of 2 query rows x 4 heads x 12 keys so that every tile loop runs)
 PATHS = {
     "plain": dict(hoist=False, factor=False, tiled=False),
-    "hoisted": dict(hoist=True, factor=False, tiled=False),
-    "default": dict(tile_elements=2 * 4 * 12),  # 2 query rows x 4 heads x 12 keys per tile
+    "default": dict(tile_elements=2 * 4 * 12),
 }
 
 
@@ -201,13 +207,13 @@ def assert_paths_agree(case: Case, out: Mapping[str, dict], tol: float = PATH_TO
 
 
 # ------------------------------------------------------------------------------ float64
-def x64_outputs(cases: Sequence[Case], points=POINTS) -> tuple[list[dict], list[dict]]:
-    """(float32, float64) metrics of each case's default Lab at the points, the same seed."""
-    pts = [c.knob_points(points) for c in cases]
-    f32 = _run([c.lab() for c in cases], pts)
+def x64_outputs(cases: Sequence[Case], points=POINTS) -> list[dict]:
+    """Metrics of each case's default Lab at the points under `jax.enable_x64(True)`, the same
+    seed (compare with path_outputs(...)["default"], the float32 run)."""
     with jax.enable_x64(True):
-        f64 = _run([c.lab() for c in cases], pts)
-    return f32, f64
+        return _run(
+            [c.lab(**PATHS["default"]) for c in cases], [c.knob_points(points) for c in cases]
+        )
 
 
 def assert_x64_agrees(case: Case, f32: Mapping, f64: Mapping, tol: float = X64_TOL) -> None:
@@ -292,10 +298,10 @@ def assert_sweeps_identical(case: Case, devices: Sequence[int] = (1,)) -> None:
 # ------------------------------------------------------------------------------ one entry
 def check_cases(cases: Sequence[Case], identity: bool = True) -> None:
     """Every check on the given cases (paths, float64, extremes and bounds, identity)."""
-    for case, out in zip(cases, path_outputs(cases)):
+    paths = path_outputs(cases)
+    for case, out, f64 in zip(cases, paths, x64_outputs(cases)):
         assert_paths_agree(case, out)
-    for case, a, b in zip(cases, *x64_outputs(cases)):
-        assert_x64_agrees(case, a, b)
+        assert_x64_agrees(case, out["default"], f64)
         assert_really_float64(case)
     for case, out in zip(cases, extreme_outputs(cases)):
         assert_finite_and_in_bounds(case, out)

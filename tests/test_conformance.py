@@ -1,7 +1,9 @@
 """Every registry entry through simlab.testing, the conformance checks plugin authors use: each
-block kind, each input kind, each metric (paths agree with the plain oracle, float64 on the same
-sample, finite and in bounds at the extreme knobs, chunk bit-identity). A new entry is tested by
-adding it to its registry: the cases are built from the registries (testing.covering_cases)."""
+block kind and each input kind (float64 on the same sample, chunk bit-identity, the drift). The
+cases are built from the registries (testing.covering_cases), so a new entry is tested by adding
+it to its registry. The other per-entry checks run on cases built from the registries too: the
+fast paths against the plain oracle in tests/core/test_tiled.py, finite values and every
+metric's bounds at the extreme knobs in tests/core/test_numerics.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import pytest
 from simlab import testing
 from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
-from simlab.core.metrics import METRICS
 
 CASES = {c.name: c for c in testing.covering_cases()}
 ENTRIES = [("block", k) for k in BLOCKS] + [("inputs", k) for k in INPUTS]
@@ -24,50 +25,19 @@ def cases_of(registry: str, entry: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def paths():
-    return dict(zip(CASES, testing.path_outputs(list(CASES.values()))))
+def precisions():
+    """Per case: the default Lab's metrics in float32 and, the same seed, in float64."""
+    cases = list(CASES.values())
+    f32 = testing.run_labs([c.lab(**testing.PATHS["default"]) for c in cases], cases)
+    return dict(zip(CASES, zip(f32, testing.x64_outputs(cases))))
 
 
-@pytest.fixture(scope="module")
-def x64():
-    return dict(zip(CASES, zip(*testing.x64_outputs(list(CASES.values())))))
-
-
-@pytest.fixture(scope="module")
-def extremes():
-    return dict(zip(CASES, testing.extreme_outputs(list(CASES.values()))))
-
-
-@pytest.mark.xdist_group("conformance")
+@pytest.mark.slow
 @pytest.mark.parametrize("registry,entry", ENTRIES)
-def test_paths_agree_with_the_plain_oracle(registry, entry, paths):
+def test_float64_same_sample(registry, entry, precisions):
     for n in cases_of(registry, entry):
-        testing.assert_paths_agree(CASES[n], paths[n])
-
-
-@pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("registry,entry", ENTRIES)
-def test_float64_same_sample(registry, entry, x64):
-    for n in cases_of(registry, entry):
-        testing.assert_x64_agrees(CASES[n], *x64[n])
+        testing.assert_x64_agrees(CASES[n], *precisions[n])
         testing.assert_really_float64(CASES[n])
-
-
-@pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("registry,entry", ENTRIES)
-def test_finite_and_in_bounds_at_extreme_knobs(registry, entry, extremes):
-    for n in cases_of(registry, entry):
-        testing.assert_finite_and_in_bounds(CASES[n], extremes[n])
-
-
-@pytest.mark.xdist_group("conformance")
-@pytest.mark.parametrize("name", list(METRICS))
-def test_metric_in_bounds_on_every_case(name, extremes):
-    """Each metric inside its declared bounds at every extreme point of every case."""
-    lo, hi = METRICS[name].bounds
-    assert lo < hi
-    for n, out in extremes.items():
-        testing.assert_finite_and_in_bounds(CASES[n], {name: out[name]})
 
 
 @pytest.mark.slow
@@ -82,8 +52,7 @@ def test_drift_is_a_common_shift(kind):
 
 
 @pytest.mark.slow
-def test_check_functions_for_one_entry():
-    """The one-call checks a plugin author uses, on a built-in entry of each kind."""
-    testing.check_block_kind("parallel", identity=False)
-    testing.check_input_kind("rademacher", identity=False)
-    testing.check_metric("out_cos_gain", identity=False)
+def test_one_call_check():
+    """The one-call check a plugin author uses (paths, float64, extremes and bounds; identity
+    runs above), on one case."""
+    testing.check_cases(testing.covering_cases()[:1], identity=False)

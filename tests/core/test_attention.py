@@ -195,6 +195,7 @@ def test_k_shift_leaves_weights_unchanged_q_shift_does_not(causal):
     assert np.max(np.abs(wq - w0)) > 0.05
 
 
+@pytest.mark.slow
 def test_lab_entropy_invariant_under_k_shift():
     """Through the Lab (post-LN, non-causal and causal; plain, tiled and factored paths):
     attn_entropy and attn_max equal for k_shift 0, 3.7, 100; q_shift 3.7 changes them. All six

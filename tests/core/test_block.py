@@ -26,9 +26,6 @@ from simlab.core.spec import BlockSpec, InputSpec
 
 from conftest import np_gelu_tanh, np_layer
 
-# the module fixture is computed once: every test of the module on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_block")
-
 B, T, D, H = 2, 8, 32, 4
 K = D // H
 
@@ -143,6 +140,7 @@ def test_layer_apply_vs_numpy(kind, mlp, act, causal, qk_norm, center):
     assert np.max(np.abs(y1 - y)) > 1e-2
 
 
+@pytest.mark.slow
 def test_stack_apply_vs_python_loop():
     spec = BlockSpec(
         kind="post_ln", d_model=D, n_heads=H, mlp_ratio=2, depth=3, causal=True, init="fan_in"
@@ -237,6 +235,7 @@ def hoist_results():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,inputs,causal", HOIST_CASES)
 def test_hoisted_lab_equals_plain_lab(hoist_results, kind, inputs, causal):
     """Lab(hoist=True) (projections by linearity, and for no QK-norm the factored layer-0
@@ -264,6 +263,7 @@ def test_hoisted_lab_equals_plain_lab(hoist_results, kind, inputs, causal):
         assert np.ptp(np.asarray(plain[name])[:, 0]) > 1e-2, name
 
 
+@pytest.mark.slow
 def test_pre_ln_embedding_hoist_falls_back_to_plain():
     """Lab(hoist=True) on pre-LN must fall back to the plain path: hoist/factor off, no hoisted
     state, the same draws -- so point() runs the identical code (computed numerically for the
@@ -280,6 +280,7 @@ def test_pre_ln_embedding_hoist_falls_back_to_plain():
         jax.tree.map(np.testing.assert_array_equal, st, states[0])
 
 
+@pytest.mark.slow
 def test_hoisted_lab_with_qk_norm_equals_plain():
     """QK-norm: projections hoisted, logits not factored (the norm is not linear)."""
     spec = BlockSpec(

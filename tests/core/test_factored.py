@@ -26,7 +26,9 @@ FACTOR_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("kind,causal", [("attention", True), ("post_ln", False)])
+@pytest.mark.parametrize(
+    "kind,causal", [("attention", True), pytest.param("post_ln", False, marks=pytest.mark.slow)]
+)
 def test_factored_point_equals_plain_point(kind, causal):
     """Lab() (factored layer-0 logits) vs Lab(hoist=False) (the plain oracle), gaussian inputs
     with input_corr, depth 2, every knob of the lead moving together. The math is the same;
@@ -53,6 +55,7 @@ def test_factored_point_equals_plain_point(kind, causal):
             )
 
 
+@pytest.mark.slow
 def test_micro_batch_of_one_point_equals_point_loop():
     """micro_batch_fn (simlab.engine.compile) calls lab.point without vmap for a micro-batch of
     one point: the results match jit(lab.point) per point and do not depend on the chunk

@@ -14,6 +14,7 @@ from simlab.core import linalg, metrics
 from conftest import np_top
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [8, 64, 96])
 def test_top_eigenvalue_vs_float64(n):
     """Exact path (n <= 64) and Lanczos path (n > 64) on Gram matrices of isotropic Gaussian

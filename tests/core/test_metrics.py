@@ -177,6 +177,7 @@ def test_stable_rank_large_gram_vs_svd(shape):
         assert abs(float(stable_rank(jnp.asarray(y))) - want) < 1e-4 * want
 
 
+@pytest.mark.slow
 def test_stable_rank_exact_cases():
     r = rng(8)
     # rank one: exactly 1; orthonormal rows: exactly T (T <= D); a zero sequence counts as 0

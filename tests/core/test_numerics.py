@@ -16,11 +16,8 @@ from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
 from simlab.core.knobs import KNOB_DEFAULTS
 from simlab.core.lab import Lab, knob_arrays
-from simlab.core.metrics import METRIC_NAMES
+from simlab.core.metrics import METRIC_NAMES, METRICS
 from simlab.core.spec import BlockSpec, InputSpec
-
-# the module fixture is computed once: every test of the module on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_numerics")
 
 SPEC_KW = dict(d_model=32, n_heads=4, mlp_ratio=2)  # the shapes shared by the Lab tests
 ISPEC = InputSpec(kind="gaussian", batch=2, length=8)
@@ -90,6 +87,7 @@ def grid_results():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=["-".join(map(str, s)) for s in SPECS])
 def test_metrics_finite_and_in_range_at_extreme_knobs(grid_results, spec):
     """Every metric finite at every corner of the promised ranges and inside its exact range:
@@ -109,6 +107,9 @@ def test_metrics_finite_and_in_range_at_extreme_knobs(grid_results, spec):
     assert np.all((out["stable_rank"] >= 1) & (out["stable_rank"] <= min(T, 16) + 1e-3))
     for name in ("q_mean_norm", "k_mean_norm", "attn_residual_ratio"):
         assert np.all(out[name] >= 0), name
+    for name, arr in out.items():  # and every metric of the registry inside its declared bounds
+        lo, hi = METRICS[name].bounds
+        assert np.all(arr >= lo - e) and np.all(arr <= hi + e), (name, arr.min(), arr.max())
     # the knobs have their effect at the extremes too: a huge drift makes the inputs one
     # direction (input cosine -> 1); huge scales and a tiny temperature make attention sharp
     # unless QK-norm with a tiny gain flattens it
@@ -133,6 +134,19 @@ def test_metrics_finite_and_in_range_at_extreme_knobs(grid_results, spec):
     assert 0.01 < out["attn_entropy"][-1].reshape(-1)[0] < 0.999
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(METRICS))
+def test_each_metric_declares_bounds_that_hold_on_every_spec(grid_results, name):
+    """Each metric of the registry has a real interval as bounds, and stays in it at every
+    extreme point of every spec (every block kind and input kind of the registries)."""
+    lo, hi = METRICS[name].bounds
+    assert lo < hi
+    for spec, out in grid_results.items():
+        assert np.all(np.isfinite(out[name])), (spec, name)
+        assert np.all(out[name] >= lo - 1e-5) and np.all(out[name] <= hi + 1e-5), (spec, name)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SPECS, ids=["-".join(map(str, s)) for s in SPECS])
 def test_k_shift_exactly_invisible(grid_results, spec):
     """k_shift adds q'_i . u_k to every logit of row i, a constant over the keys: every metric
@@ -154,6 +168,7 @@ def test_k_shift_exactly_invisible(grid_results, spec):
     assert not np.array_equal(out["k_mean_norm"][pairs[0][0]], out["k_mean_norm"][pairs[0][1]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,qk_norm", [("pre_ln", "none"), ("post_ln", "layernorm")])
 def test_k_shift_invisible_on_the_plain_path(kind, qk_norm):
     """The same on the plain oracle path (full weights): the issue's cases, a norm before the
@@ -204,6 +219,7 @@ def limit_results():
     return {c: (lab, st, out) for c, lab, st, out in zip((False, True), labs, states, outs)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 def test_temperature_limits(limit_results, causal):
     """t = 1e4: the logits l_ij / t are ~1e-4, so the normalised entropy is 1 to O(1e-8); the
@@ -240,6 +256,7 @@ def test_temperature_limits(limit_results, causal):
 
 
 # ----------------------------------------------------------------------------- float64
+@pytest.mark.slow
 def test_float64_agrees_with_float32():
     """The same weights and inputs (drawn once in float32, then cast exactly to float64), run
     in this process under `jax.enable_x64()`: the Lab must really compute in float64 (state,
@@ -316,6 +333,7 @@ X64_CONFIGS = {
 }
 
 
+@pytest.mark.slow
 def test_same_seed_same_sample_under_x64():
     """Three sweeps (post-LN on embeddings; attention-only on correlated Gaussians with an
     input_corr axis; causal pre-LN depth-4 on Student-t with shifts), 2 seeds each, run by

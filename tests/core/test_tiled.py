@@ -13,13 +13,11 @@ import pytest
 
 from simlab.core import tiled
 from simlab.core.block import BLOCKS
+from simlab.core.inputs import INPUTS
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
 
 from conftest import np_attention
-
-# the module fixture is computed once: every test of the module on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_tiled")
 
 
 def run_attend(tiling, s_BHTS, factor, v_BHSK, wo, causal):
@@ -33,6 +31,7 @@ def run_attend(tiling, s_BHTS, factor, v_BHSK, wo, causal):
     return f(qx, v_BHSK, jnp.float32(factor))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seqs,rows", [(4, 12), (2, 12), (1, 12), (1, 4), (1, 1)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attend_vs_float64_softmax(seqs, rows, causal):
@@ -107,6 +106,14 @@ CASES = [  # kind, qk_norm, causal, inputs, logits per tile (3 sequences' or 2 q
     ("parallel", "none", False, "gaussian", 2 * 4 * 12),
     ("post_ln", "none", False, "rademacher", 3 * 12 * 4 * 12),
 ]
+# every registry entry not named above gets a case of its own: a new block or input kind is
+# tested against the plain oracle by adding it to its registry
+CASES += [
+    (k, "none", True, "gaussian", 2 * 4 * 12) for k in BLOCKS if k not in {c[0] for c in CASES}
+]
+CASES += [
+    ("post_ln", "none", False, k, 2 * 4 * 12) for k in INPUTS if k not in {c[3] for c in CASES}
+]
 POINTS = [
     dict(),
     dict(
@@ -155,6 +162,7 @@ def tiled_results():
     return labs, outs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case", range(len(CASES)), ids=[f"{c[0]}-{c[1]}-causal{c[2]}-{c[3]}" for c in CASES]
 )
@@ -177,6 +185,7 @@ def test_tiled_lab_equals_plain(tiled_results, case):
     assert np.ptp(np.asarray(want["attn_entropy"])[:, 0]) > 1e-2  # the points differ
 
 
+@pytest.mark.slow
 def test_micro_batch_and_point_bytes_from_sizes():
     """The default micro-batch is a power of two from the sizes alone: 1 at the paper's size,
     more for small blocks, never above 64; point_bytes counts the tile's logits and the

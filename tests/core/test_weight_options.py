@@ -29,6 +29,7 @@ def test_tied_weights_share_w_q_and_leave_the_rest_as_drawn():
     assert np.max(np.abs(np.asarray(rand["wk"] - rand["wq"]))) > 0.1
 
 
+@pytest.mark.slow
 def test_identity_block_with_unit_tokens_is_softmax_of_the_gram_matrix():
     """Chen et al.'s model (docs/theory.md, claim 3): y_i = x_i / |x_i|, Q = K = V = O = I,
     output sum_j softmax_j(beta <y_i, y_j>) y_j with beta = q_scale k_scale / (sqrt(D) temperature);

@@ -59,6 +59,7 @@ def test_help():
         assert e.value.code == 0, name
 
 
+@pytest.mark.slow
 def test_sweep_run_and_refuse_other_config(tmp_path, capsys):
     out = tmp_path / "run"
     assert (

@@ -19,9 +19,6 @@ from simlab.engine import store
 from simlab.engine.config import load_config
 from simlab.errors import ConfigError, ResultsError
 
-# the module fixture is computed once: every test of the module on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_errors")
-
 TINY = """
 [block]
 kind = "attention"
@@ -175,6 +172,7 @@ def test_one_point_needs_start_equal_stop(tmp_path, capsys):
     assert load_config(config(tmp_path, one, "one.toml")).axes[0].values == (2.0,)
 
 
+@pytest.mark.slow
 def test_descending_axis_is_kept_in_order(tmp_path):
     """Descending axes are accepted and keep their order (documented in docs/config.md)."""
     text = TINY.replace("values = [0.0, 1.0]", 'space = "log"\nstart = 100.0\nstop = 1.0\nnum = 3')

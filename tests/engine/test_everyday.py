@@ -132,6 +132,7 @@ def test_core_works_without_xarray(tmp_path):
     assert "IMPORT this needs xarray" in p.stdout and "simlab[xarray]" in p.stdout
 
 
+@pytest.mark.slow
 def test_set_overrides_are_validated_and_recorded(tmp_path, capsys):
     cfg, run = cfg_file(tmp_path), tmp_path / "run"
     argv = [
@@ -184,6 +185,7 @@ def test_set_overrides_are_validated_and_recorded(tmp_path, capsys):
         load_config(apply_overrides({"axes": tables["axes"]}, ["block.bogus=1"]))
 
 
+@pytest.mark.slow
 def test_reproduce_with_set(tmp_path, capsys):
     out = tmp_path / "figs"
     argv = [
@@ -204,6 +206,7 @@ def test_reproduce_with_set(tmp_path, capsys):
     assert res.meta["config"]["inputs"]["length"] == 16 and res.n_seeds == 1
 
 
+@pytest.mark.slow
 def test_default_out(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = cfg_file(tmp_path)

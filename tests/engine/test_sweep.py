@@ -22,9 +22,6 @@ from simlab.errors import ConfigError
 
 from conftest import ToyLab
 
-# the module fixture is computed once: every test of the module on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_sweep")
-
 TOY = {
     "axes": [
         {"name": "drift_norm", "space": "log", "start": 0.01, "stop": 100.0, "num": 5},
@@ -128,6 +125,7 @@ def test_memory_budget_rule(ref):
     assert jaxpr_bytes(micro_batch_fn(LAB, LAB.metric_names), state, {}, swept) > 4 * 6 * 6 * 4
 
 
+@pytest.mark.slow
 def test_four_devices_bit_identical(ref, tmp_path):
     """The same sweep on 4 devices (chunk sizes 8 and 40) equals the 1-device reference bit for
     bit; the layout rounds chunks to whole micro-batches per device."""
@@ -269,6 +267,7 @@ def test_metric_subset():
     assert list(r.metrics) == ["cos"]
 
 
+@pytest.mark.slow
 def test_real_lab_end_to_end(tmp_path):
     from simlab.core.lab import Lab
 
@@ -283,6 +282,7 @@ def test_real_lab_end_to_end(tmp_path):
         np.testing.assert_allclose(one[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.slow
 def test_micro_batch_default_from_the_lab_recorded_in_the_config(tmp_path):
     """sweep.micro_batch not given: the lab's default_micro_batch() (sizes only) is used and
     written into the resolved config, so the fingerprint is that of the explicit value; an
@@ -309,6 +309,7 @@ def test_micro_batch_default_from_the_lab_recorded_in_the_config(tmp_path):
     assert toy.meta["config"]["sweep"]["micro_batch"] == 8
 
 
+@pytest.mark.slow
 def test_matmul_precision_recorded_and_validated():
     """Recorded in meta.json and the fingerprint; on CPU float32 matmuls are full precision
     whatever the setting, so the real Lab's numbers are bit-identical."""
@@ -330,6 +331,7 @@ CACHE_SCRIPT = (
 )
 
 
+@pytest.mark.slow
 def test_persistent_compilation_cache(tmp_path):
     """Two fresh processes run the same real-Lab sweep with SIMLAB_COMPILE_CACHE=<dir>: the
     first fills the directory, the second compiles from it (faster than the first; the issue's

@@ -26,9 +26,6 @@ from simlab.engine.claims import HOST
 from simlab.engine.schedule import share_of
 from simlab.engine.store import RECORD, chunk_record
 
-# the module fixture is computed once: every test of the module on one xdist worker
-pytestmark = pytest.mark.xdist_group("test_workers")
-
 ROOT = Path(__file__).resolve().parents[2]
 CFG = """
 [block]
@@ -109,6 +106,7 @@ def test_unit_partition(seeds, n_mb, n):
 
 
 # ------------------------------------------------------------------------------- workers
+@pytest.mark.slow
 def test_two_workers_then_merge(tmp_path, single):
     """`--worker 0/2` and `--worker 1/2` at once, then `simlab merge`: nothing left to compute,
     the arrays equal the single-process run bit for bit."""
@@ -137,6 +135,7 @@ def test_two_workers_then_merge(tmp_path, single):
     print(f"two workers: {wall:.1f} s wall")
 
 
+@pytest.mark.slow
 def test_worker_from_slurm_array(tmp_path, single, monkeypatch):
     """Without --worker, SLURM_ARRAY_TASK_ID / _COUNT (and _MIN) pick the share."""
     cfg, out = cfg_file(tmp_path), tmp_path / "run"
@@ -153,6 +152,7 @@ def test_worker_from_slurm_array(tmp_path, single, monkeypatch):
     assert_same(simlab.load(out), single)
 
 
+@pytest.mark.slow
 def test_killed_worker_is_rerun(tmp_path):
     """A worker killed (SIGKILL) after its first chunks leaves a claim and maybe a temporary
     file; running it again takes over (the claim's process is gone), then the merge is exact.
@@ -194,6 +194,7 @@ def test_killed_worker_is_rerun(tmp_path):
     assert not [q for q in out.rglob(".*.tmp")]
 
 
+@pytest.mark.slow
 def test_workers_with_1_and_2_devices(tmp_path, single):
     """Worker 0 of 2 on two devices, worker 1 on one, then `simlab merge`: equal to the
     single-process reference bit for bit (a unit's numbers never depend on who ran it)."""
@@ -246,6 +247,7 @@ def test_jax_distributed_two_cpu_processes(tmp_path, single):
 
 
 # ------------------------------------------------------------------------------- writers
+@pytest.mark.slow
 def test_concurrent_different_configs(tmp_path):
     """Two different configs started together into one --out: one runs, the other is refused
     (exit 2, naming what differs); the directory holds only the winner's chunks."""
@@ -279,6 +281,7 @@ CHUNK_LOG = textwrap.dedent(r"""
 """)
 
 
+@pytest.mark.slow
 def test_concurrent_same_config_computes_each_unit_once(tmp_path, single):
     cfg, out = cfg_file(tmp_path), tmp_path / "run"
     script = tmp_path / "log_chunks.py"
@@ -302,6 +305,7 @@ def test_concurrent_same_config_computes_each_unit_once(tmp_path, single):
     assert_same(simlab.load(out), single)
 
 
+@pytest.mark.slow
 def test_bad_chunk_files_are_named_and_recomputed(tmp_path, single, caplog):
     """Truncated, empty, bit-flipped, foreign (another sweep's) and incomplete (a metric
     missing) chunk files are each rejected by name, moved to rejected/, recomputed."""
@@ -347,6 +351,7 @@ def test_bad_chunk_files_are_named_and_recomputed(tmp_path, single, caplog):
     assert_same(res, single)
 
 
+@pytest.mark.slow
 def test_orphan_temporary_files_are_removed(tmp_path, single):
     cfg, out = cfg_file(tmp_path), tmp_path / "run"
     simlab.run_sweep(cfg, out=out, quiet=True)

@@ -88,6 +88,7 @@ PEER_REQUIRED = {
 }
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_json(tmp_path):
     """P1 (engine cold / warm cache; the PyTorch loop when torch is installed), W2 (a loop timed
     on a subset, the Lanczos path) and W4 (two grids) at quick sizes, in this process."""
@@ -163,6 +164,7 @@ def test_torch_peer_equals_simlab_on_the_same_weights():
                     )
 
 
+@pytest.mark.slow
 def test_worker_subprocess():
     out = bench.run_worker({"kind": "peak", "n": 64, "repeats": 2}, isolate=True, timeout=120)
     assert out["n"] == 64 and out["gflops"] > 0

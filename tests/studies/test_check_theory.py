@@ -168,6 +168,7 @@ def _gg_errors(T, p, ratios):
     return np.abs(k - theory.gg_output_cosine(beta, p))
 
 
+@pytest.mark.slow
 def test_claim2_gg_cosine_away_from_beta_c():
     p, ratios = 0.5, np.array([0.5, 3.0])
     e_small, e_big = _gg_errors(2**7, p, ratios), _gg_errors(2**11, p, ratios)
@@ -304,6 +305,7 @@ def test_claim2_size_path_grows_faster_than_ln_T():
 
 
 # ------------------------------------------------------------------------------ claim 4
+@pytest.mark.slow
 def test_claim4_entropy_bound_property_1000_random_heads():
     cfg = dict(
         n_configs=1000,
@@ -328,6 +330,7 @@ def test_claim4_entropy_bound_property_1000_random_heads():
     assert not (r["stated_slack"] < -zhai_bound.entropy_tolerance(r["T"])).any()
 
 
+@pytest.mark.slow
 def test_claim4_logits_factor_as_in_the_stated_bound():
     """head_logits' factors reproduce its logits, L = X~ W~ X~^T (float64 product of the float32
     factors; shifts and drift nonzero, padded sizes traced), and the factor norms are the float64
@@ -418,6 +421,7 @@ def test_claim5_mlp_stops_the_collapse():
     assert _k(rs) < 1.5 and np.all(rs[:, -1] > 1e-3)
 
 
+@pytest.mark.slow
 def test_claim5_adversarial_search_beats_random_inputs():
     """adversarial_coefficient climbs: on the same weights it finds a cubic coefficient at least
     10x that of random X = 1 x^T + eps Z at the same ||R||_{1,inf} (measured 300x at T 16,
@@ -492,6 +496,7 @@ def test_claim5_explicit_one_layer_bound_holds():
         assert theory.composite_norm(m) <= bound * (1 + 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_heads", [1, 4])
 def test_claim5_leading_order_of_one_pure_layer(n_heads):
     """theory.dong_cubic_term is the exact leading order: through sim_pure_layer in float64,
@@ -848,6 +853,7 @@ def test_softmax_overlaps_exact_cases():
     assert theory.softmax_overlaps(1.0, 0.0, 1024, finite=False) == (0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_activation_kernel_gelu_against_scipy_dblquad():
     """The GELU kernel's Gauss-Hermite quadrature against scipy's adaptive dblquad of
     g(z1) g(c z1 + sqrt(1 - c^2) z2) phi(z1) phi(z2) over [-10, 10]^2."""
@@ -871,6 +877,7 @@ def test_activation_kernel_gelu_against_scipy_dblquad():
         assert abs(p - want) < 1e-5 and abs(q - q_want) < 1e-6, (c, p, want)
 
 
+@pytest.mark.slow
 def test_signal_propagation_post_ln_is_the_authors_block_update():
     """finite=False, post-LN, ReLU: three layers of the recursion equal a literal port of
     Giorlandino & Goldt's get_block_update_wres (their theory_update_general.py: attention

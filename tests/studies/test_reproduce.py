@@ -32,6 +32,7 @@ def _points(lab, knob_list):
     return jax.jit(jax.vmap(lab.point, in_axes=(None, 0)))(state, stacked)
 
 
+@pytest.mark.slow
 def test_entropy_decreases_monotonically_with_scale():
     # H(softmax(c l)) is non-increasing in c for every row (dH/dc = -c Var_w(l) <= 0), so the
     # mean normalised entropy is too: q_scale = k_scale = lambda scales the logits by lambda^2.
@@ -46,6 +47,7 @@ def test_entropy_decreases_monotonically_with_scale():
     assert np.all(np.diff(ent) <= 1e-6), ent
 
 
+@pytest.mark.slow
 def test_uniform_attention_gives_within_cosine_one():
     # Uniform rows: every token of a sequence receives the same average value vector.
     lab = Lab(
@@ -213,6 +215,7 @@ metrics = ["out_cos_gain", "out_cos"]
 """
 
 
+@pytest.mark.slow
 def test_variants_product_sweeps_and_figures(tmp_path):
     exp = tmp_path / "exp"
     exp.mkdir()

@@ -198,6 +198,7 @@ def test_next_token_is_independent_of_the_current_one_given_the_position(name):
 
 
 # ------------------------------------------------------------------ text
+@pytest.mark.slow
 def test_text_corpus_is_deterministic_and_split_by_document():
     spec = corpus.CorpusSpec("text")
     s = text.splits(spec.text_heldout)

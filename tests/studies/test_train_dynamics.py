@@ -144,6 +144,7 @@ def direct_stats(cfg, params, ids):
     return res
 
 
+@pytest.mark.slow
 def test_tracked_stats_equal_a_direct_computation():
     cfg = TINY
     _, _, init, train_step, evaluate, held_out_loss = loop.compiled(cfg)
@@ -198,6 +199,7 @@ def test_lab_point_maps_statistics_to_knobs():
 
 
 # ------------------------------------------------------------------ a whole (tiny) run
+@pytest.mark.slow
 def test_quick_run_lowers_loss_and_reloads(tmp_path):
     cfg = dataclasses.replace(TINY, corpus="recall_zipf", seeds=2)
     res = loop.run(cfg, tmp_path / "r", quiet=True)
@@ -238,6 +240,7 @@ def test_quick_run_lowers_loss_and_reloads(tmp_path):
         assert np.all((back[n][done] >= 0) & (back[n][done] <= 1 + 1e-6))
 
 
+@pytest.mark.slow
 def test_same_seed_same_run():
     """Weights, data order and held-out data derive from the seed: a second run is identical."""
     cfg = dataclasses.replace(TINY, corpus="induction_uniform")
@@ -259,6 +262,7 @@ def _toml(cfg, **train) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_cli_quick_writes_results_and_figures(tmp_path, monkeypatch, capsys):
     """The command end to end, its sizes read from its own experiments folder (the TINY sizes
     above: compiled once)."""
