@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -60,9 +62,19 @@ class ToyLab:
         return {"entropy": entropy, "cos": jnp.stack([_cos(x), _cos(y)])}
 
 
-# Tests compile hermetically: no persistent compilation cache unless a test sets its own
-# (subprocesses inherit this).
-os.environ.setdefault("SIMLAB_COMPILE_CACHE", "off")
+# One persistent compilation cache for the whole test run (every xdist worker and every
+# subprocess inherits it): many tests compile the same small programs again in other processes
+# or labs (a cache hit loads the very same executable, so the numbers are unchanged). A fresh
+# directory per run, removed at the end; tests of the cache itself set their own.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+CACHE_DIR = os.path.join(tempfile.gettempdir(), f"simlab-test-cache-{os.getuid()}", _RUN)
+os.environ.setdefault("SIMLAB_COMPILE_CACHE", CACHE_DIR)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run's compilation cache goes when the run ends (in the controller, or a plain run)."""
+    if not hasattr(session.config, "workerinput"):
+        shutil.rmtree(os.environ.get("SIMLAB_COMPILE_CACHE", CACHE_DIR), ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- numpy oracles
