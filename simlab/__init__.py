@@ -3,8 +3,10 @@
 Layers (docs/design.md): simlab.core (the physics: specs, knobs, init, inputs, attention,
 tiles, blocks, metrics, the Lab), simlab.engine (the sweep machinery: config, sweep, results,
 compilation cache), simlab.studies (reproduce, check_theory, train_dynamics, bench), and
-simlab.plot, simlab.theory, simlab.cli. `import simlab` stays light: the public names below
-are imported on first use.
+simlab.plot, simlab.theory, simlab.cli; simlab.registry and simlab.plugins (your own block kinds,
+input kinds, metrics, knobs and theory claims, docs/extending.md), simlab.testing (their
+conformance checks). `import simlab` stays light: the public names below are imported on first
+use.
 """
 
 from __future__ import annotations
@@ -22,14 +24,31 @@ _EXPORTS = {
     "BlockSpec": "simlab.core.spec",
     "InputSpec": "simlab.core.spec",
     "knob_arrays": "simlab.core.lab",
+    "LabProtocol": "simlab.core.lab",
+    # registering your own entries (docs/extending.md): one registry per concept
+    "BlockKind": "simlab.core.block",
+    "register_block": "simlab.core.block",
+    "InputKind": "simlab.core.inputs",
+    "register_inputs": "simlab.core.inputs",
+    "Metric": "simlab.core.metrics",
+    "register_metric": "simlab.core.metrics",
+    "Knob": "simlab.core.knobs",
+    "register_knob": "simlab.core.knobs",
+    "Claim": "simlab.studies.check_theory.claim",
+    "register_claim": "simlab.studies.check_theory.claim",
+    "sweep_claim": "simlab.studies.check_theory.sweep_claim",
+    "load_plugins": "simlab.plugins",
 }
 __all__ = sorted(_EXPORTS)
+
+
+_RENAMED = {"register_claim": "register", "load_plugins": "load"}
 
 
 def __getattr__(name: str):
     """Import an exported name from its module on first access."""
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        return getattr(importlib.import_module(_EXPORTS[name]), _RENAMED.get(name, name))
     raise AttributeError(f"module 'simlab' has no attribute {name!r}")
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
-from simlab.core.knobs import KNOB_DEFAULTS, KNOBS, inert_knobs
+from simlab.core.knobs import KNOBS, inert_knobs
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.metrics import METRICS
 from simlab.core.spec import BlockSpec, InputSpec
@@ -155,7 +155,7 @@ def metric_cases(names: Sequence[str]) -> list[Case]:
 
 def _stacked(points: Sequence[Mapping[str, float]]) -> dict[str, jax.Array]:
     arrays = [knob_arrays(p) for p in points]
-    return {k: jnp.stack([a[k] for a in arrays]) for k in KNOB_DEFAULTS}
+    return {k: jnp.stack([a[k] for a in arrays]) for k in KNOBS}
 
 
 def run_labs(labs: Sequence[Lab], cases: Sequence[Case], points=POINTS) -> list[dict]:

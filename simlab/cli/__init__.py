@@ -1,7 +1,9 @@
 """The `simlab` command: one module of simlab.cli per subcommand, imported only when chosen.
 
 A command module exposes `add_arguments(parser)` and `cli_main(args) -> int`; it parses and
-prints, and calls library functions that take plain arguments (never argv). User errors
+prints, and calls library functions that take plain arguments (never argv). Every command takes
+`--plugin MODULE` (repeatable): the plugins, and those installed through the "simlab.plugins"
+entry points, are imported before the command runs (simlab.plugins). User errors
 (simlab.errors.ConfigError, a missing file, bad TOML) print "simlab: error: <message>" and exit
 with code 2 before any output is written.
 """
@@ -57,6 +59,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import this plugin module first (repeatable; it registers its own block kinds, "
+            "input kinds, metrics, knobs or theory claims; docs/extending.md)",
+        )
         if name == chosen:
             mod = importlib.import_module(module)
             mod.add_arguments(p)
@@ -69,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:
+        from simlab import plugins
+
+        plugins.load(args.plugin, "--plugin")  # and the installed ones: before anything else
         return int(args.cli_main(args) or 0)
     except (ConfigError, FileNotFoundError, tomllib.TOMLDecodeError) as e:  # ResultsError too
         print(f"simlab: error: {e}", file=sys.stderr)

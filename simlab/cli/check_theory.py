@@ -15,6 +15,7 @@ from simlab.studies.check_theory import (
     run_checks,
     write_json,
 )
+from simlab.studies.check_theory.claim import ordered
 
 
 def add_arguments(parser) -> None:
@@ -44,9 +45,10 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--claims",
-        default=",".join(CLAIMS),
+        default=None,
         metavar="LIST",
-        help=f"comma-separated subset of {', '.join(CLAIMS)}",
+        help="comma-separated subset of the registered claims (default all: simlab's "
+        f"{', '.join(CLAIMS)} and those of the plugins loaded)",
     )
     parser.add_argument(
         "--from-json",
@@ -59,10 +61,12 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     profile = "quick" if args.quick else "full"
-    claims = [c.strip() for c in getattr(args, "claims", ",".join(CLAIMS)).split(",") if c.strip()]
+    every = ordered()  # read now: after the plugins of --plugin and the entry points loaded
+    given = getattr(args, "claims", None)
+    claims = every if given is None else [c.strip() for c in given.split(",") if c.strip()]
     bad = [c for c in claims if c not in CLAIMS]
     if bad:
-        raise ConfigError(f"--claims: unknown {bad}; allowed: {', '.join(CLAIMS)}")
+        raise ConfigError(f"--claims: unknown {bad}; allowed: {', '.join(every)}")
     default_dir = "figures/quick" if args.quick else "figures"
     figures_dir = None if args.no_figures else (args.figures_dir or default_dir)
     if getattr(args, "from_json", None):

@@ -9,7 +9,8 @@ Xiong et al. 2020):
              LayerNorm feeds both branches; m is inert: no skip around the MLP alone)
 MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, as BERT) or ReLU.
 The kinds are one registry, BLOCKS (a BlockKind each: what the projections see and the
-token-wise rest of the layer); a new block variant is one entry (docs/extending.md).
+token-wise rest of the layer), read live; a new block variant is one `register_block` call,
+in simlab or in a plugin (docs/extending.md), with the helpers ln1, ln2, identity and mlp.
 
 Two ways to compute the attention sub-layer, with one contract (`Layer`):
   plain  (tiling None): the full weights w (B, H, T, S), then A V (simlab.core.attention): the
@@ -32,6 +33,7 @@ import jax.numpy as jnp
 
 from simlab.core import attention, tiled
 from simlab.core.spec import BlockSpec
+from simlab.registry import BUILTIN, Registry, require
 
 
 class Full(NamedTuple):
@@ -147,15 +149,18 @@ def token_wise(spec: BlockSpec, p, x_BTD, attn_BTD, knobs):
 
 
 # ------------------------------------------------------------------------------ the kinds
-def _ln1(spec: BlockSpec, p, x_BTD):
+def ln1(spec: BlockSpec, p, x_BTD):
+    """LN1(x) with the layer's ln1 gain and bias."""
     return attention.layer_norm(x_BTD, p["ln1_g"], p["ln1_b"], spec.ln_eps)
 
 
-def _ln2(spec: BlockSpec, p, h_BTD):
+def ln2(spec: BlockSpec, p, h_BTD):
+    """LN2(h) with the layer's ln2 gain and bias."""
     return attention.layer_norm(h_BTD, p["ln2_g"], p["ln2_b"], spec.ln_eps)
 
 
-def _unchanged(spec: BlockSpec, p, x_BTD):
+def identity(spec: BlockSpec, p, x_BTD):
+    """x itself: the projections see the layer input (no norm before them)."""
     return x_BTD
 
 
@@ -165,18 +170,18 @@ def _attention_token_wise(spec, p, x_BTD, attn_BTD, knobs):
 
 
 def _post_ln_token_wise(spec, p, x_BTD, attn_BTD, knobs):
-    h = _ln1(spec, p, knobs["attn_residual"] * x_BTD + attn_BTD)
-    return _ln2(spec, p, knobs["mlp_residual"] * h + mlp(spec, p, h)) if spec.mlp else h
+    h = ln1(spec, p, knobs["attn_residual"] * x_BTD + attn_BTD)
+    return ln2(spec, p, knobs["mlp_residual"] * h + mlp(spec, p, h)) if spec.mlp else h
 
 
 def _pre_ln_token_wise(spec, p, x_BTD, attn_BTD, knobs):
     h = knobs["attn_residual"] * x_BTD + attn_BTD
-    return knobs["mlp_residual"] * h + mlp(spec, p, _ln2(spec, p, h)) if spec.mlp else h
+    return knobs["mlp_residual"] * h + mlp(spec, p, ln2(spec, p, h)) if spec.mlp else h
 
 
 def _parallel_token_wise(spec, p, x_BTD, attn_BTD, knobs):
     h = knobs["attn_residual"] * x_BTD + attn_BTD
-    return h + mlp(spec, p, _ln1(spec, p, x_BTD)) if spec.mlp else h
+    return h + mlp(spec, p, ln1(spec, p, x_BTD)) if spec.mlp else h
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,44 +202,75 @@ class BlockKind:
     mlp_residual: bool = True
 
 
-BLOCKS: dict[str, BlockKind] = {
-    k.name: k
-    for k in (
-        BlockKind(
-            "attention",
-            _unchanged,
-            _attention_token_wise,
-            False,
-            False,
-            "h = a x + Attn(x); y = m h + MLP(h)",
-        ),
-        BlockKind(
-            "post_ln",
-            _unchanged,
-            _post_ln_token_wise,
-            False,
-            True,
-            "h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
-        ),
-        BlockKind(
-            "pre_ln",
-            _ln1,
-            _pre_ln_token_wise,
-            True,
-            False,
-            "h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
-        ),
-        BlockKind(
-            "parallel",
-            _ln1,
-            _parallel_token_wise,
-            True,
-            False,
-            "y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
-            mlp_residual=False,
-        ),
+def _check_kind(k: BlockKind) -> None:
+    require(
+        "block kind",
+        k.name,
+        {
+            "attn_input": (callable(k.attn_input), "must be callable (spec, p, x) -> x"),
+            "token_wise": (
+                callable(k.token_wise),
+                "must be callable (spec, p, x, attn, knobs) -> y",
+            ),
+            "norm_before_projections": (
+                isinstance(k.norm_before_projections, bool),
+                "must be a bool",
+            ),
+            "norm_after_attention": (isinstance(k.norm_after_attention, bool), "must be a bool"),
+            "formula": (
+                isinstance(k.formula, str) and bool(k.formula.strip()),
+                "must be a non-empty string",
+            ),
+            "mlp_residual": (isinstance(k.mlp_residual, bool), "must be a bool"),
+        },
     )
-}
+
+
+# name -> BlockKind, read live (a plugin's kinds appear here once it is imported)
+BLOCKS: Registry[BlockKind] = Registry("block kind", BlockKind, _check_kind)
+
+
+def register_block(kind: BlockKind) -> BlockKind:
+    """Add a block kind (validated; a duplicate name is an error): docs/extending.md."""
+    return BLOCKS.register(kind)
+
+
+for _kind in (
+    BlockKind(
+        "attention",
+        identity,
+        _attention_token_wise,
+        False,
+        False,
+        "h = a x + Attn(x); y = m h + MLP(h)",
+    ),
+    BlockKind(
+        "post_ln",
+        identity,
+        _post_ln_token_wise,
+        False,
+        True,
+        "h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
+    ),
+    BlockKind(
+        "pre_ln",
+        ln1,
+        _pre_ln_token_wise,
+        True,
+        False,
+        "h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
+    ),
+    BlockKind(
+        "parallel",
+        ln1,
+        _parallel_token_wise,
+        True,
+        False,
+        "y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
+        mlp_residual=False,
+    ),
+):
+    BLOCKS.register(_kind, source=BUILTIN)
 
 
 def layer_apply(

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from simlab.core.init import draws
 from simlab.core.spec import InputSpec
+from simlab.registry import BUILTIN, Registry, require
 
 
 def zipf_ids(key, shape, vocab: int, s: float, u=None) -> jax.Array:
@@ -130,44 +131,74 @@ class InputKind:
     doc: str = ""
 
 
-INPUTS: dict[str, InputKind] = {
-    k.name: k
-    for k in (
-        InputKind(
-            "embedding",
-            _embedding_noise,
-            _embedding,
-            doc="rows of a table E ~ N(0, embed_std^2) at uniform or Zipf token ids",
-        ),
-        InputKind(
-            "gaussian",
-            _gaussian_noise,
-            _gaussian,
-            _gaussian_coefficients,
-            varying="z",
-            knobs=("input_corr",),
-            doc="x_i = sqrt(p) z_0 + sqrt(1 - p) z_i, z ~ N(0, sigma^2 I), p = input_corr",
-        ),
-        InputKind(
-            "anisotropic",
-            _anisotropic_noise,
-            _anisotropic,
-            doc="covariance spectrum lambda_k ~ k^-alpha (trace sigma^2 D) in a random basis",
-        ),
-        InputKind(
-            "student_t",
-            lambda spec, d: {},
-            _student_t,
-            doc="i.i.d. Student-t, nu dof, variance sigma^2",
-        ),
-        InputKind(
-            "rademacher",
-            _rademacher_noise,
-            _rademacher,
-            doc="i.i.d. +-sigma with probability 1/2 each",
-        ),
+def _check_kind(k: InputKind) -> None:
+    from simlab.core.knobs import KNOBS
+
+    unknown = [n for n in k.knobs if n not in KNOBS]
+    require(
+        "input kind",
+        k.name,
+        {
+            "noise": (callable(k.noise), "must be callable (spec, d) -> {name: (shape, kind)}"),
+            "components": (
+                callable(k.components),
+                "must be callable (spec, d, noise, t_key) -> {name: array}",
+            ),
+            "coefficients": (callable(k.coefficients), "must be callable (knobs) -> {name: coef}"),
+            "varying": (isinstance(k.varying, str) and bool(k.varying), "must name a component"),
+            "knobs": (
+                isinstance(k.knobs, tuple) and not unknown,
+                f"must be a tuple of registered knob names (unknown: {unknown})",
+            ),
+        },
     )
-}
+
+
+# name -> InputKind, read live (a plugin's kinds appear here once it is imported)
+INPUTS: Registry[InputKind] = Registry("input kind", InputKind, _check_kind)
+
+
+def register_inputs(kind: InputKind) -> InputKind:
+    """Add an input kind (validated; a duplicate name is an error): docs/extending.md."""
+    return INPUTS.register(kind)
+
+
+for _kind in (
+    InputKind(
+        "embedding",
+        _embedding_noise,
+        _embedding,
+        doc="rows of a table E ~ N(0, embed_std^2) at uniform or Zipf token ids",
+    ),
+    InputKind(
+        "gaussian",
+        _gaussian_noise,
+        _gaussian,
+        _gaussian_coefficients,
+        varying="z",
+        knobs=("input_corr",),
+        doc="x_i = sqrt(p) z_0 + sqrt(1 - p) z_i, z ~ N(0, sigma^2 I), p = input_corr",
+    ),
+    InputKind(
+        "anisotropic",
+        _anisotropic_noise,
+        _anisotropic,
+        doc="covariance spectrum lambda_k ~ k^-alpha (trace sigma^2 D) in a random basis",
+    ),
+    InputKind(
+        "student_t",
+        lambda spec, d: {},
+        _student_t,
+        doc="i.i.d. Student-t, nu dof, variance sigma^2",
+    ),
+    InputKind(
+        "rademacher",
+        _rademacher_noise,
+        _rademacher,
+        doc="i.i.d. +-sigma with probability 1/2 each",
+    ),
+):
+    INPUTS.register(_kind, source=BUILTIN)
 
 
 # ------------------------------------------------------------------------------ components

@@ -1,7 +1,8 @@
 """The traced knobs: floats that a sweep varies without recompiling (docs/design.md,
 "Vocabulary"), in one registry.
 
-KNOBS: name -> Knob(default, allowed range, meaning, `inert`). `inert(block, inputs)` returns
+KNOBS: name -> Knob(default, allowed range, meaning, `inert`), read live; a plugin adds its
+own with `register_knob`. `inert(block, inputs)` returns
 why the knob has no effect for that block and input spec, or None when it has one; sweeping an
 inert knob, or fixing it away from its default, is a user error (simlab.core.lab.Lab.check_knobs).
 The names are part of the interface (TOML [knobs], axes, `knob_arrays`).
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from simlab.errors import ConfigError
+from simlab.registry import BUILTIN, Registry, require
 
 
 def _always(block, inputs) -> str | None:
@@ -76,50 +78,86 @@ class Knob:
         return v
 
 
-INF = math.inf
-KNOBS: dict[str, Knob] = {
-    k.name: k
-    for k in (
-        Knob("q_scale", 1.0, 0.0, INF, "multiplies every query (after QK-norm)"),
-        Knob("k_scale", 1.0, 0.0, INF, "multiplies every key (after QK-norm)"),
-        Knob("q_shift", 0.0, 0.0, INF, "norm of a common vector added to every query of a head"),
-        Knob("k_shift", 0.0, 0.0, INF, "norm of a common vector added to every key of a head"),
-        Knob(
-            "temperature",
-            1.0,
-            0.0,
-            INF,
-            "logits = q.k / (sqrt(d_head) * temperature)",
-            open_low=True,
-        ),
-        Knob("drift_norm", 0.0, 0.0, INF, "norm N of the common input bias b"),
-        Knob(
-            "input_corr",
-            0.0,
-            0.0,
-            1.0,
-            "within-sequence correlation p of the inputs",
-            inert=_reads_input_corr,
-        ),
-        Knob("attn_residual", 1.0, -INF, INF, "skip strength a around attention"),
-        Knob("mlp_residual", 1.0, -INF, INF, "skip strength m around the MLP", inert=_has_mlp_skip),
-        Knob("qk_norm_gain", 1.0, 0.0, INF, "gain after QK-norm", inert=_has_qk_norm),
+def _check_knob(k: Knob) -> None:
+    numbers = all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in (k.default, k.low, k.high)
     )
-}
-KNOB_NAMES: tuple[str, ...] = tuple(KNOBS)
-KNOB_DEFAULTS: dict[str, float] = {n: k.default for n, k in KNOBS.items()}
+    inside = (
+        numbers
+        and (k.low < k.default if k.open_low else k.low <= k.default)
+        and (k.default <= k.high and math.isfinite(k.default))
+    )
+    require(
+        "knob",
+        k.name,
+        {
+            "name": (k.name not in ("seed", "layer"), "is reserved for the results' own dimension"),
+            "default": (
+                inside,
+                f"must be a finite number inside [{k.low}, {k.high}], got {k.default!r}",
+            ),
+            "meaning": (isinstance(k.meaning, str) and bool(k.meaning.strip()), "must be text"),
+            "inert": (callable(k.inert), "must be callable (block, inputs) -> reason or None"),
+        },
+    )
+
+
+INF = math.inf
+# name -> Knob, read live (a plugin's knobs appear here once it is imported)
+KNOBS: Registry[Knob] = Registry("knob", Knob, _check_knob)
+
+
+def register_knob(knob: Knob) -> Knob:
+    """Add a traced knob (validated; a duplicate name is an error): docs/extending.md. Every
+    Lab point receives it (its default unless a sweep sets it); `inert` says when it has no
+    effect, so that sweeping it there is refused."""
+    return KNOBS.register(knob)
+
+
+def knob_defaults() -> dict[str, float]:
+    """Every registered knob -> its default (read live)."""
+    return {n: k.default for n, k in KNOBS.items()}
+
+
+for _knob in (
+    Knob("q_scale", 1.0, 0.0, INF, "multiplies every query (after QK-norm)"),
+    Knob("k_scale", 1.0, 0.0, INF, "multiplies every key (after QK-norm)"),
+    Knob("q_shift", 0.0, 0.0, INF, "norm of a common vector added to every query of a head"),
+    Knob("k_shift", 0.0, 0.0, INF, "norm of a common vector added to every key of a head"),
+    Knob(
+        "temperature",
+        1.0,
+        0.0,
+        INF,
+        "logits = q.k / (sqrt(d_head) * temperature)",
+        open_low=True,
+    ),
+    Knob("drift_norm", 0.0, 0.0, INF, "norm N of the common input bias b"),
+    Knob(
+        "input_corr",
+        0.0,
+        0.0,
+        1.0,
+        "within-sequence correlation p of the inputs",
+        inert=_reads_input_corr,
+    ),
+    Knob("attn_residual", 1.0, -INF, INF, "skip strength a around attention"),
+    Knob("mlp_residual", 1.0, -INF, INF, "skip strength m around the MLP", inert=_has_mlp_skip),
+    Knob("qk_norm_gain", 1.0, 0.0, INF, "gain after QK-norm", inert=_has_qk_norm),
+):
+    KNOBS.register(_knob, source=BUILTIN)
 
 
 def check_knob(name: str, value: Any, where: str = "knobs") -> float:
     """Validate one knob value; return it as a float."""
     if name not in KNOBS:
-        raise ConfigError(f"{where}.{name}: unknown knob; allowed: {', '.join(KNOB_NAMES)}")
+        raise ConfigError(f"{where}.{name}: unknown knob; allowed: {', '.join(KNOBS)}")
     return KNOBS[name].check(value, where)
 
 
 def resolve_knobs(fixed: Mapping[str, Any] | None, where: str = "knobs") -> dict[str, float]:
     """Defaults overridden by `fixed`, each validated."""
-    out = dict(KNOB_DEFAULTS)
+    out = knob_defaults()
     for k, v in (fixed or {}).items():
         out[k] = check_knob(k, v, where)
     return out

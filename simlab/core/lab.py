@@ -14,21 +14,23 @@ simlab.core.factored). The attention runs in tiles (simlab.core.tiled; `Lab.tili
 sizes alone) on every engine path. Lab(hoist=False, factor=False, tiled=False) is the plain
 path: the same math with nothing hoisted and the full attention weights (the oracle).
 
-The protocol the sweep engine relies on: seed_state, point, metric_names; optionally
-check_knobs (refuse inert knobs), default_micro_batch and point_bytes (sizes, for the layout).
+The protocol the sweep engine relies on is `LabProtocol` (seed_state, point, metric_names;
+optionally identity, check_knobs, default_micro_batch, point_bytes): run_sweep(lab=...) runs any
+object that has it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 
 from simlab.core import attention, block, factored, inputs
 from simlab.core.init import draws, init_params, param_shapes
-from simlab.core.knobs import KNOB_DEFAULTS, inert_knobs
-from simlab.core.metrics import METRIC_NAMES, layer_metrics, needs_full_weights
+from simlab.core.knobs import KNOBS, inert_knobs, knob_defaults
+from simlab.core.metrics import METRICS, default_metrics, layer_metrics, needs_full_weights
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.core.tiled import Tiling, choose_tiling
 from simlab.errors import ConfigError
@@ -36,6 +38,31 @@ from simlab.errors import ConfigError
 # Working set of a micro-batch (Lab.default_micro_batch): large points run best one per call,
 # tiny blocks need many points per call (docs/performance.md, "Findings cited in the code").
 MICRO_BATCH_BYTES = 16 << 20
+
+
+@runtime_checkable
+class LabProtocol(Protocol):
+    """What `run_sweep(lab=...)` needs of a model; simlab's `Lab` is one.
+
+      metric_names: the metrics `point` returns (sweep.metrics keeps a subset);
+      seed_state(key) -> state: everything one seed needs (weights, inputs, directions), from
+          the PRNG key alone (common random numbers: every point of a seed sees the same);
+      point(state, knobs) -> {metric: () or (depth,) array}: one grid point; `knobs` holds every
+          registered knob (simlab.core.knobs.KNOBS) as a scalar of the default float dtype.
+          Pure and jit/vmap-able: the engine vmaps it over a micro-batch of points.
+    Optional methods the engine uses when present:
+      identity() -> dict (JSON-able): names the model and its settings. It enters the sweep's
+          fingerprint, so a directory another lab wrote is refused instead of resumed or merged
+          (without it, the class's qualified name and a sha256 of its module's source stand in);
+      check_knobs(swept, fixed): raise ConfigError for knobs the model ignores;
+      default_micro_batch() -> int and point_bytes() -> int: sizes for the chunk layout.
+    """
+
+    metric_names: tuple[str, ...]
+
+    def seed_state(self, key) -> Any: ...
+
+    def point(self, state, knobs: Mapping[str, jax.Array]) -> Mapping[str, jax.Array]: ...
 
 
 class Lab:
@@ -60,11 +87,11 @@ class Lab:
 
         self.block = block.validate()
         self.inputs = inputs.validate()
-        names = tuple(METRIC_NAMES if metrics is None else metrics)
+        names = tuple(default_metrics() if metrics is None else metrics)
         for n in names:
-            if n not in METRIC_NAMES:
+            if n not in METRICS:
                 raise ConfigError(
-                    f"sweep.metrics: unknown metric {n!r}; allowed: {', '.join(METRIC_NAMES)}"
+                    f"sweep.metrics: unknown metric {n!r}; allowed: {', '.join(METRICS)}"
                 )
         if not names:
             raise ConfigError("sweep.metrics: must name at least one metric")
@@ -112,7 +139,7 @@ class Lab:
                     f"axes: knob {k!r} has no effect for this block/inputs ({inert[k]})"
                 )
         for k, v in fixed.items():
-            if k in inert and v != KNOB_DEFAULTS[k]:
+            if k in inert and v != KNOBS[k].default:
                 raise ConfigError(f"knobs.{k}: has no effect for this block/inputs ({inert[k]})")
 
     def seed_state(self, key) -> dict:
@@ -213,5 +240,5 @@ def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:
     """Defaults overridden by `knobs`, as scalars of `dtype` (None: jax's default float dtype,
     float64 under JAX_ENABLE_X64)."""
     dtype = jnp.result_type(float) if dtype is None else dtype
-    full = dict(KNOB_DEFAULTS, **knobs)
+    full = dict(knob_defaults(), **knobs)
     return {k: jnp.asarray(v, dtype) for k, v in full.items()}

@@ -7,8 +7,10 @@ A zero vector has u_i = 0: its cosine with every other vector counts as 0, and i
 counts in the n (n - 1) pairs (so n zero vectors give 0, not NaN).
 
 The metrics are one registry, METRICS: name -> Metric(function of the layer, the `Layer`
-fields it reads, its definition). A metric reading "full" (the full attention weights) makes
-the Lab take the plain path; none does today. A new metric is one entry (docs/extending.md).
+fields it reads, its definition, its exact range, whether it is computed by default), read
+live. A metric reading "full" (the full attention weights) makes the Lab take the plain path;
+none does today. A new metric is one `register_metric` call, in simlab or in a plugin
+(docs/extending.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 
 from simlab.core import attention
 from simlab.core.linalg import top_eigenvalue
+from simlab.registry import BUILTIN, Registry, require
 
 
 def unit_vectors(x):
@@ -154,6 +157,32 @@ class Metric:
     reads: tuple[str, ...]
     doc: str
     bounds: tuple[float, float] = (-math.inf, math.inf)
+    default: bool = True  # computed when sweep.metrics is not given
+
+
+def _check_metric(m: Metric) -> None:
+    from simlab.core.block import Layer
+
+    fields = Layer._fields
+    lo, hi = m.bounds if isinstance(m.bounds, tuple) and len(m.bounds) == 2 else (None, None)
+    bad = [f for f in m.reads if f not in fields] if isinstance(m.reads, tuple) else None
+    require(
+        "metric",
+        m.name,
+        {
+            "fn": (callable(m.fn), "must be callable (Shared) -> () array"),
+            "reads": (
+                isinstance(m.reads, tuple) and bool(m.reads) and not bad,
+                f"must be a non-empty tuple of Layer fields {fields} (unknown: {bad})",
+            ),
+            "doc": (isinstance(m.doc, str) and bool(m.doc.strip()), "must be a non-empty string"),
+            "bounds": (
+                isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo < hi,
+                f"must be (low, high) numbers with low < high, got {m.bounds!r}",
+            ),
+            "default": (isinstance(m.default, bool), "must be a bool"),
+        },
+    )
 
 
 def _cos_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
@@ -179,73 +208,84 @@ def _qk(i: int):
     return lambda c: qk_mean_stats(c.layer.q_mean, c.layer.k_mean)[i]
 
 
-METRICS: dict[str, Metric] = {
-    m.name: m
-    for m in (
-        *_cos_metrics("input", "x", "the layer input"),
-        *_cos_metrics(
-            "attn", "attn", "the attention sub-layer output (after W_O, before the residual)"
-        ),
-        *_cos_metrics("out", "y", "the block output"),
-        Metric(
-            "out_cos_gain",
-            lambda c: c.cos("y")[0] - c.cos("x")[0],
-            ("y", "x"),
-            "out_cos - input_cos: the anisotropy the block adds to its input",
-            (-2.0, 2.0),
-        ),
-        Metric(
-            "attn_entropy",
-            lambda c: entropy_of_rows(c.layer.row_entropy, c.layer.x.shape[1], c.causal),
-            ("row_entropy",),
-            "mean over rows of H(w_i) / log(n_i): 1 uniform, 0 one-hot",
-            (0.0, 1.0),
-        ),
-        Metric(
-            "attn_max",
-            lambda c: jnp.mean(c.layer.row_max),
-            ("row_max",),
-            "mean over rows of max_j w_ij",
-            (0.0, 1.0),
-        ),
-        Metric(
-            "stable_rank",
-            lambda c: stable_rank(c.layer.y),
-            ("y",),
-            "per sequence ||Y||_F^2 / ||Y||_2^2 of the output, averaged",
-            (0.0, math.inf),
-        ),
-        Metric(
-            "attn_residual_ratio",
-            lambda c: residual_ratio(c.layer.attn, c.layer.x),
-            ("attn", "x"),
-            "mean over tokens of |Attn_i| / |x_i|: the attention update against its input",
-            (0.0, math.inf),
-        ),
-        Metric(
-            "q_mean_norm",
-            _qk(0),
-            ("q_mean",),
-            "per head |mean shaped query|, averaged",
-            (0.0, math.inf),
-        ),
-        Metric(
-            "k_mean_norm",
-            _qk(1),
-            ("k_mean",),
-            "per head |mean shaped key|, averaged",
-            (0.0, math.inf),
-        ),
-        Metric(
-            "qk_mean_cos",
-            _qk(2),
-            ("q_mean", "k_mean"),
-            "per head cos(mean query, mean key) (0 if one is zero), averaged",
-            (-1.0, 1.0),
-        ),
-    )
-}
-METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+# name -> Metric, read live (a plugin's metrics appear here once it is imported)
+METRICS: Registry[Metric] = Registry("metric", Metric, _check_metric)
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Add a metric (validated; a duplicate name is an error): docs/extending.md."""
+    return METRICS.register(metric)
+
+
+def default_metrics() -> tuple[str, ...]:
+    """The metrics a sweep computes when sweep.metrics is not given (Metric.default)."""
+    return tuple(n for n, m in METRICS.items() if m.default)
+
+
+for _metric in (
+    *_cos_metrics("input", "x", "the layer input"),
+    *_cos_metrics(
+        "attn", "attn", "the attention sub-layer output (after W_O, before the residual)"
+    ),
+    *_cos_metrics("out", "y", "the block output"),
+    Metric(
+        "out_cos_gain",
+        lambda c: c.cos("y")[0] - c.cos("x")[0],
+        ("y", "x"),
+        "out_cos - input_cos: the anisotropy the block adds to its input",
+        (-2.0, 2.0),
+    ),
+    Metric(
+        "attn_entropy",
+        lambda c: entropy_of_rows(c.layer.row_entropy, c.layer.x.shape[1], c.causal),
+        ("row_entropy",),
+        "mean over rows of H(w_i) / log(n_i): 1 uniform, 0 one-hot",
+        (0.0, 1.0),
+    ),
+    Metric(
+        "attn_max",
+        lambda c: jnp.mean(c.layer.row_max),
+        ("row_max",),
+        "mean over rows of max_j w_ij",
+        (0.0, 1.0),
+    ),
+    Metric(
+        "stable_rank",
+        lambda c: stable_rank(c.layer.y),
+        ("y",),
+        "per sequence ||Y||_F^2 / ||Y||_2^2 of the output, averaged",
+        (0.0, math.inf),
+    ),
+    Metric(
+        "attn_residual_ratio",
+        lambda c: residual_ratio(c.layer.attn, c.layer.x),
+        ("attn", "x"),
+        "mean over tokens of |Attn_i| / |x_i|: the attention update against its input",
+        (0.0, math.inf),
+    ),
+    Metric(
+        "q_mean_norm",
+        _qk(0),
+        ("q_mean",),
+        "per head |mean shaped query|, averaged",
+        (0.0, math.inf),
+    ),
+    Metric(
+        "k_mean_norm",
+        _qk(1),
+        ("k_mean",),
+        "per head |mean shaped key|, averaged",
+        (0.0, math.inf),
+    ),
+    Metric(
+        "qk_mean_cos",
+        _qk(2),
+        ("q_mean", "k_mean"),
+        "per head cos(mean query, mean key) (0 if one is zero), averaged",
+        (-1.0, 1.0),
+    ),
+):
+    METRICS.register(_metric, source=BUILTIN)
 
 
 def needs_full_weights(names) -> bool:

@@ -36,6 +36,12 @@ from simlab.errors import ConfigError
 TABLES = ("block", "inputs", "knobs", "axes", "sweep")
 # Keys an experiment TOML may add for `simlab reproduce`; a sweep ignores them.
 EXPERIMENT_KEYS = ("quick", "figures", "experiment", "variants")
+# Top-level keys of a config besides the tables: `plugins` (modules imported before anything is
+# validated, simlab.plugins); `sources` and `lab`, which a sweep writes into its resolved config
+# (the plugins behind the entries it uses; a custom lab's identity) and which are derived again,
+# not read, when a resolved config is run again.
+PLUGINS_KEY = "plugins"
+DERIVED_KEYS = ("sources", "lab")
 AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
 SWEEP_DEFAULTS: dict[str, Any] = {
     "seeds": 1,
@@ -59,6 +65,21 @@ MAX_AXIS_POINTS = 1 << 20
 MAX_SEEDS = 1 << 20
 # Fields that change only memory or speed, never the numbers: left out of the fingerprint.
 NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
+# The knobs every result before the knob registry was opened records; any other knob (a later
+# built-in, a plugin's) is left out of the fingerprint while at its default, so that adding a
+# knob does not change the fingerprint of results that never set it.
+LEGACY_KNOBS = (
+    "q_scale",
+    "k_scale",
+    "q_shift",
+    "k_shift",
+    "temperature",
+    "drift_norm",
+    "input_corr",
+    "attn_residual",
+    "mlp_residual",
+    "qk_norm_gain",
+)
 # Fields added after results were committed: left out of the fingerprint while at this default,
 # so results computed before the field existed keep their fingerprint (and still reload).
 ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -117,13 +138,15 @@ class SweepSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
-    """A validated sweep: block, inputs, fixed knobs (every knob not on an axis), axes, settings."""
+    """A validated sweep: block, inputs, fixed knobs (every knob not on an axis), axes, settings,
+    and the plugin modules the config names (imported before it was validated)."""
 
     block: spec.BlockSpec
     inputs: spec.InputSpec
     knobs: dict[str, float]
     axes: tuple[Axis, ...]
     sweep: SweepSettings
+    plugins: tuple[str, ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -135,7 +158,7 @@ class SweepConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical resolved config (JSON-able, loadable again by `load_config`)."""
-        return {
+        out = {
             "block": dataclasses.asdict(self.block),
             "inputs": dataclasses.asdict(self.inputs),
             "knobs": dict(sorted(self.knobs.items())),
@@ -145,10 +168,15 @@ class SweepConfig:
                 "metrics": None if self.sweep.metrics is None else list(self.sweep.metrics),
             },
         }
+        if self.plugins:  # (absent when none: the fingerprints of earlier results stay)
+            out[PLUGINS_KEY] = list(self.plugins)
+        return out
 
 
-def fingerprint(config: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of a `to_dict()` config, without the memory-only fields."""
+def canonical(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What the fingerprint hashes: the config as JSON without the memory-only fields, without
+    fields added later while at their defaults (ADDED_DEFAULTS), and without knobs outside
+    LEGACY_KNOBS while at their registered defaults."""
     d = json.loads(json.dumps(config))
     for k in NOT_FINGERPRINTED:
         d.get("sweep", {}).pop(k, None)
@@ -156,24 +184,32 @@ def fingerprint(config: Mapping[str, Any]) -> str:
         for k, default in fields.items():
             if k in d.get(table, {}) and d[table][k] == default:
                 del d[table][k]
+    knobs = d.get("knobs", {})
+    for k in [k for k in knobs if k not in LEGACY_KNOBS and k in knob_registry.KNOBS]:
+        if knobs[k] == knob_registry.KNOBS[k].default:
+            del knobs[k]
+    return d
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a `to_dict()` config (`canonical`)."""
+    d = canonical(config)
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+def config_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """Dotted names of the fields that differ between two config dicts (fingerprinted only)."""
+    return _diff(canonical(a), canonical(b), "")
+
+
+def _diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str) -> list[str]:
     out = []
     for k in sorted(set(a) | set(b)):
-        name = f"{prefix}{k}"
-        if prefix == "sweep." and k in NOT_FINGERPRINTED:
-            continue
         va, vb = a.get(k), b.get(k)
-        added = ADDED_DEFAULTS.get(prefix[:-1], {})
-        if k in added:
-            va, vb = a.get(k, added[k]), b.get(k, added[k])
         if isinstance(va, Mapping) and isinstance(vb, Mapping):
-            out += config_diff(va, vb, name + ".")
+            out += _diff(va, vb, f"{prefix}{k}.")
         elif va != vb:
-            out.append(name)
+            out.append(f"{prefix}{k}")
     return out
 
 
@@ -251,8 +287,9 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
     raw = read_toml(source) if isinstance(source, (str, os.PathLike)) else source
     if not isinstance(raw, Mapping):
         raise ConfigError(f"config: must be a table of tables, got {type(raw).__name__}")
+    named = load_plugins(raw)  # before anything is validated: plugins add kinds, knobs, metrics
     for k in raw:
-        if k not in TABLES and k not in EXPERIMENT_KEYS:
+        if k not in TABLES and k not in EXPERIMENT_KEYS + (PLUGINS_KEY,) + DERIVED_KEYS:
             raise ConfigError(f"{k}: unknown table; allowed: {', '.join(TABLES)}")
     block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
     inputs = _floats(spec.spec_from_dict(spec.InputSpec, _table(raw, "inputs"), "inputs"))
@@ -267,7 +304,21 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
     _check_axes(axes, fixed)
     swept = {k for a in axes for k in a.knobs}
     fixed_knobs = {k: v for k, v in knobs.items() if k not in swept}
-    return SweepConfig(block, inputs, fixed_knobs, axes, parse_sweep(_table(raw, "sweep")))
+    return SweepConfig(
+        block, inputs, fixed_knobs, axes, parse_sweep(_table(raw, "sweep")), tuple(named)
+    )
+
+
+def load_plugins(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Import the config's `plugins = ["module", ...]` and the installed plugins (entry points);
+    the modules named, validated."""
+    from simlab import plugins
+
+    plugins.load_entry_points()
+    names = raw.get(PLUGINS_KEY, [])
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ConfigError(f"{PLUGINS_KEY}: must be a list of module names, got {names!r}")
+    return tuple(plugins.load(names, PLUGINS_KEY))
 
 
 def parse_axis(d: Any, where: str) -> Axis:
@@ -285,18 +336,18 @@ def parse_axis(d: Any, where: str) -> Axis:
             f"{where}.name: {name!r} is reserved for the results' own dimension; "
             f"reserved: {', '.join(RESERVED_DIMS)}"
         )
-    knobs = d.get("knobs", [name] if name in knob_registry.KNOB_DEFAULTS else None)
+    knobs = d.get("knobs", [name] if name in knob_registry.KNOBS else None)
     if knobs is None:
         raise ConfigError(
             f"{where}.knobs: required because {name!r} is not a knob; "
-            f"knobs: {', '.join(knob_registry.KNOB_NAMES)}"
+            f"knobs: {', '.join(knob_registry.KNOBS)}"
         )
     if isinstance(knobs, str) or not isinstance(knobs, (list, tuple)) or not knobs:
         raise ConfigError(f"{where}.knobs: must be a non-empty list of knob names, got {knobs!r}")
     for k in knobs:
-        if k not in knob_registry.KNOB_DEFAULTS:
+        if k not in knob_registry.KNOBS:
             raise ConfigError(
-                f"{where}.knobs: unknown knob {k!r}; allowed: {', '.join(knob_registry.KNOB_NAMES)}"
+                f"{where}.knobs: unknown knob {k!r}; allowed: {', '.join(knob_registry.KNOBS)}"
             )
     if len(set(knobs)) != len(knobs):
         raise ConfigError(f"{where}.knobs: repeated knob in {list(knobs)}")

@@ -19,4 +19,10 @@ def merge_directory(out: str | Path, quiet: bool = False) -> results.Results:
     config = results.read_json(out / "sweep.json", "sweep.json of a sweep directory")
     if not isinstance(config.get("config"), dict):
         raise ConfigError(f"{out / 'sweep.json'}: has no config table")
+    lab = config["config"].get("lab")
+    if lab is not None:
+        raise ConfigError(
+            f"{out}: was written by a custom lab ({lab.get('class', '?')}); finish it from Python "
+            "with the same lab: simlab.run_sweep(config, lab=..., out=...)"
+        )
     return run_sweep(config["config"], out=out, quiet=quiet)

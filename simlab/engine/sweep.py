@@ -33,6 +33,7 @@ A finished directory is loaded, not recomputed; a directory holding another swee
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -120,10 +121,15 @@ def build_lab(cfg: SweepConfig, lab=None):
 
     A lab with a `check_knobs(swept, fixed)` method may also refuse knobs it ignores.
     """
-    if lab is None:
-        from simlab.core.lab import Lab
+    from simlab.core.lab import Lab, LabProtocol
 
+    if lab is None:
         lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics)
+    elif not isinstance(lab, LabProtocol):
+        raise ConfigError(
+            f"lab: a {type(lab).__name__} is not a lab; it needs metric_names, seed_state(key) "
+            "and point(state, knobs) (simlab.core.lab.LabProtocol)"
+        )
     allowed = tuple(lab.metric_names)
     names = cfg.sweep.metrics or allowed
     for m in names:
@@ -132,6 +138,61 @@ def build_lab(cfg: SweepConfig, lab=None):
     if hasattr(lab, "check_knobs"):
         lab.check_knobs([k for a in cfg.axes for k in a.knobs], cfg.knobs)
     return lab, tuple(names)
+
+
+def lab_identity(lab, cfg: SweepConfig) -> dict[str, Any] | None:
+    """What a custom lab adds to the fingerprint: None for simlab's Lab of the config's own
+    block and inputs (the default), else {"class": module.qualname, **lab.identity()} when the
+    lab names itself, or otherwise the class, a sha256 of its module's source and its instance
+    attributes that are plain numbers, strings or booleans (simlab.core.lab.LabProtocol)."""
+    from simlab.core.lab import Lab
+
+    if type(lab) is Lab and (lab.block, lab.inputs) == (cfg.block, cfg.inputs):
+        return None
+    cls = type(lab)
+    out: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}"}
+    if type(lab) is Lab:
+        out.update(block=dataclasses.asdict(lab.block), inputs=dataclasses.asdict(lab.inputs))
+    elif callable(getattr(lab, "identity", None)):
+        ident = lab.identity()
+        if not isinstance(ident, Mapping):
+            raise ConfigError(f"lab.identity(): must return a dict, got {type(ident).__name__}")
+        try:
+            out.update(json.loads(json.dumps(dict(ident))))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"lab.identity(): must be JSON-able ({e})") from None
+    else:
+        from simlab.plugins import describe
+
+        out["sha256"] = describe(cls.__module__, cls)["sha256"]
+        plain = (bool, int, float, str)
+        attrs = {k: v for k, v in sorted(vars(lab).items()) if isinstance(v, plain)}
+        if attrs:
+            out["attributes"] = attrs
+    return out
+
+
+def provenance(cfg: SweepConfig, lab, names) -> dict[str, Any]:
+    """The resolved config a sweep records and fingerprints: the config's tables with the metric
+    names kept, plus, only where there is one, the custom lab's identity ("lab") and the plugins
+    behind the entries the sweep uses ("sources", simlab.plugins.used)."""
+    from simlab import plugins
+    from simlab.core.knobs import KNOBS
+
+    resolved = cfg.to_dict()
+    resolved["sweep"]["metrics"] = list(names)
+    ident = lab_identity(lab, cfg)
+    if ident is not None:
+        resolved["lab"] = ident
+    swept = [k for a in cfg.axes for k in a.knobs]
+    set_knobs = [k for k, v in cfg.knobs.items() if k in KNOBS and v != KNOBS[k].default]
+    used = {"knobs": [k for k in swept + set_knobs if k in KNOBS]}
+    if ident is None:
+        used.update(block=[cfg.block.kind], inputs=[cfg.inputs.kind], metrics=list(names))
+    sources = plugins.used(used)
+    if sources:
+        resolved["sources"] = sources
+    return resolved
 
 
 def run_sweep(
@@ -183,8 +244,7 @@ def run_sweep(
     mesh = local_mesh(devices)
     lab, names = build_lab(cfg, lab)
     cfg = resolve_micro_batch(cfg, lab)
-    resolved = cfg.to_dict()
-    resolved["sweep"]["metrics"] = list(names)
+    resolved = provenance(cfg, lab, names)
     fp = fingerprint(resolved)
     out_dir = None if out is None else check_writable(out)
     if worker is not None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from simlab.core import attention
-from simlab.core.knobs import KNOB_DEFAULTS
+from simlab.core.knobs import knob_defaults
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
 
@@ -26,7 +26,7 @@ K = D // H
 
 
 def knobs(**kw):
-    return {k: jnp.asarray(v, jnp.float32) for k, v in dict(KNOB_DEFAULTS, **kw).items()}
+    return {k: jnp.asarray(v, jnp.float32) for k, v in dict(knob_defaults(), **kw).items()}
 
 
 @functools.partial(jax.jit, static_argnames=("qk_norm", "causal"))
@@ -230,7 +230,7 @@ def test_lab_entropy_invariant_under_k_shift():
         dict(base, k_shift=100.0),
         dict(base, q_shift=3.7),
     ]
-    kn = {k: jnp.stack([knob_arrays(pt)[k] for pt in pts]) for k in KNOB_DEFAULTS}
+    kn = {k: jnp.stack([knob_arrays(pt)[k] for pt in pts]) for k in knob_defaults()}
     outs = jax.jit(
         lambda sts, kn: [
             jax.vmap(lab.point, in_axes=(None, 0))(st, kn) for lab, st in zip(labs, sts)

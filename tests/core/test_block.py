@@ -20,7 +20,7 @@ from scipy.special import erf
 
 from simlab.core import block
 from simlab.core.init import init_params, layer
-from simlab.core.knobs import KNOB_DEFAULTS
+from simlab.core.knobs import knob_defaults
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
 
@@ -223,7 +223,9 @@ def hoist_results():
         for hoist in (False, True):
             labs.append(Lab(spec, ispec, hoist=hoist, factor=hoist, tiled=hoist))
             states.append(labs[-1].seed_state(jax.random.PRNGKey(7)))
-            kns.append({k: jnp.stack([knob_arrays(pt)[k] for pt in points]) for k in KNOB_DEFAULTS})
+            kns.append(
+                {k: jnp.stack([knob_arrays(pt)[k] for pt in points]) for k in knob_defaults()}
+            )
     outs = jax.jit(
         lambda sts, kn: [
             jax.vmap(lab.point, in_axes=(None, 0))(st, k) for lab, st, k in zip(labs, sts, kn)

@@ -236,8 +236,8 @@ def test_layer_metrics_selects_and_matches_pieces():
         x, attn, y, row_entropy(w), jnp.max(w, -1), jnp.mean(q, (0, 1)), jnp.mean(k, (0, 1)), None
     )
     layer_metrics = jax.jit(metrics.layer_metrics, static_argnums=(0, 1))
-    out = layer_metrics(metrics.METRIC_NAMES, True, layer)
-    assert set(out) == set(metrics.METRIC_NAMES)
+    out = layer_metrics(tuple(metrics.METRICS), True, layer)
+    assert set(out) == set(tuple(metrics.METRICS))
     np.testing.assert_allclose(float(out["attn_cos_within"]), np_anisotropy(attn)[1], atol=TOL)
     np.testing.assert_allclose(float(out["out_cos"]), np_anisotropy(y)[0], atol=TOL)
     gain = np_anisotropy(y)[0] - np_anisotropy(x)[0]

@@ -121,7 +121,7 @@ def test_memory_budget_rule(ref):
     assert tiny.meta["layout"]["chunk_points"] == 4  # one micro-batch
     assert_same(tiny, ref)
     state = jax.eval_shape(LAB.seed_state, jax.random.PRNGKey(0))
-    swept = {k: jax.ShapeDtypeStruct((4,), np.float32) for k in knobs.KNOB_NAMES}
+    swept = {k: jax.ShapeDtypeStruct((4,), np.float32) for k in knobs.KNOBS}
     assert jaxpr_bytes(micro_batch_fn(LAB, LAB.metric_names), state, {}, swept) > 4 * 6 * 6 * 4
 
 
@@ -254,7 +254,11 @@ def test_results_on_disk(ref, tmp_path):
     }
     assert meta["config"]["sweep"]["metrics"] == ["entropy", "cos"]
     assert meta["dims"]["cos"] == ["drift_norm", "lambda", "seed", "layer"]
-    assert load_config(meta["config"]).to_dict() == meta["config"]
+    # the custom lab's identity is recorded (derived, so not part of the reloaded tables)
+    assert meta["config"]["lab"]["class"] == "conftest.ToyLab"
+    assert len(meta["config"]["lab"]["sha256"]) == 64
+    tables = {k: v for k, v in meta["config"].items() if k != "lab"}
+    assert load_config(meta["config"]).to_dict() == tables
 
 
 def test_unknown_metric_refused():

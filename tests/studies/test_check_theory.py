@@ -670,19 +670,20 @@ def _toy_claim(name: str = "toy", **fields) -> Claim:
 
 @pytest.fixture
 def registry():
-    """CLAIMS, restored as it was after the test."""
-    saved = dict(check_theory.CLAIMS)
+    """CLAIMS, restored as it was after the test (what the test registered is removed)."""
+    saved = list(check_theory.CLAIMS)
     yield check_theory.CLAIMS
-    check_theory.CLAIMS.clear()
-    check_theory.CLAIMS.update(saved)
+    for name in [n for n in check_theory.CLAIMS if n not in saved]:
+        check_theory.CLAIMS.unregister(name)
+    assert list(check_theory.CLAIMS) == saved
 
 
 def test_register_refuses_a_name_already_taken(registry):
-    with pytest.raises(ConfigError, match="claim 'rem_entropy' is already registered"):
+    with pytest.raises(ConfigError, match="theory claim 'rem_entropy': the name is taken"):
         check_theory.register(_toy_claim("rem_entropy"))
     assert registry["rem_entropy"] is rem_entropy.CLAIM
     check_theory.register(_toy_claim())
-    with pytest.raises(ConfigError, match="claim 'toy' is already registered"):
+    with pytest.raises(ConfigError, match="theory claim 'toy': the name is taken"):
         check_theory.register(_toy_claim())
 
 
@@ -697,6 +698,8 @@ def test_register_refuses_a_missing_or_non_callable_function(registry):
     for field in ("name", "title"):
         with pytest.raises(ConfigError, match=f"{field} must be a non-empty string"):
             check_theory.register(dataclasses.replace(_toy_claim(), **{field: " "}))
+    with pytest.raises(ConfigError, match="name must be a non-empty string"):
+        check_theory.register(dataclasses.replace(_toy_claim(), name=" toy"))
     with pytest.raises(ConfigError, match="expected a Claim"):
         check_theory.register(rem_entropy)
     assert list(registry) == list(check_theory.CLAIMS) and "toy" not in registry
@@ -711,7 +714,8 @@ def test_a_registered_claim_runs_like_the_built_in_ones(registry, tmp_path):
     (tmp_path / "toy.toml").write_text("[quick]\nscale = 1.0\ntol = 0.0\n")
     check_theory.register(_toy_claim(config=tmp_path / "toy.toml", label="toy!"))
     (r,) = check_theory.run_checks("quick", ["toy"], figures_dir=tmp_path, log=None)
-    assert (r.claim, r.verdict, r.simulated) == ("8 toy!", "agrees", "1")
+    number = check_theory.ordered().index("toy") + 1  # after the built-in seven
+    assert number >= 8 and (r.claim, r.verdict, r.simulated) == (f"{number} toy!", "agrees", "1")
     assert r.details == [("criterion", "tol 0")] and r.simulation == {"x": [0.0, 1.0]}
     assert (tmp_path / "theory_toy.png").read_text() == "agrees"
     check_theory.write_json(tmp_path / "toy.json", check_theory.json_payload([r], "quick", 0.0))

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
+from simlab.registry import BUILTIN
 from simlab.studies import table
 from simlab.studies.check_theory import (
     chen_scaling,
@@ -51,6 +52,7 @@ from simlab.studies.check_theory.claim import (
     check,
     json_default,
     lookup,
+    ordered,
     register,
     score,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "format_table",
     "json_payload",
     "load_config",
+    "ordered",
     "register",
     "rescore_json",
     "run_checks",
@@ -85,10 +88,10 @@ for _module in (
     freezing_line,
     signal_propagation,
 ):
-    register(_module.CLAIM)
+    CLAIMS.register(_module.CLAIM, source=BUILTIN)
 
 COLUMNS = (
-    ("claim", 16),
+    ("claim", 20),
     ("sizes", 22),
     ("predicted", 34),
     ("simulated", 26),
@@ -130,7 +133,7 @@ def run_checks(
         raise ConfigError(f"--config-dir: {config_dir} is not a directory")
     if figures_dir is not None:
         check_writable(figures_dir, "--figures-dir")
-    names = list(CLAIMS) if claims is None else list(claims)
+    names = ordered() if claims is None else list(claims)
     configs = {
         name: load_config(name, profile, config_dir, (overrides or {}).get(name)) for name in names
     }

@@ -13,8 +13,9 @@ into one row of its table:
                                            claim has one;
     figure(result, path)                   the figure of a ClaimResult.
 
-`register(claim)` adds a claim to CLAIMS (the table's order is the order of registration; the
-seven claims of simlab.theory are registered with the same call, in check_theory/__init__.py)
+`register(claim)` adds a claim to CLAIMS (simlab.registry: read live; the seven claims of
+simlab.theory are registered with the same call, in check_theory/__init__.py, and come first
+in the table, then a plugin's in the order of registration)
 and `check(claim, cfg)` runs simulate -> compare -> verdict into a ClaimResult;
 `score(claim, cfg, data)` is the same without the simulation (`simlab check-theory
 --from-json`).
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from simlab.errors import ConfigError
+from simlab.registry import BUILTIN, Registry, require
 
 
 @dataclasses.dataclass
@@ -102,28 +104,42 @@ class Claim:
         return folder / (self.config if self.config is not None else f"theory_{self.name}.toml")
 
 
-# name -> Claim, in the table's order (the order of registration)
-CLAIMS: dict[str, Claim] = {}
-
 FUNCTIONS = ("simulate", "compare", "verdict", "figure")
 
 
+def _check_claim(claim: Claim) -> None:
+    require(
+        "theory claim",
+        claim.name,
+        {
+            "title": (
+                isinstance(claim.title, str) and bool(claim.title.strip()),
+                "must be a non-empty string",
+            ),
+            **{f: (callable(getattr(claim, f)), "must be callable") for f in FUNCTIONS},
+        },
+    )
+
+
+# name -> Claim, read live: simlab's seven (check_theory/__init__.py) and the plugins'
+CLAIMS: Registry[Claim] = Registry("theory claim", Claim, _check_claim)
+
+
 def register(claim: Claim) -> Claim:
-    """Add `claim` to CLAIMS, after checking it: a name and title that are non-empty strings,
-    a name not taken, and the four functions callable.  Returns the claim."""
-    if not isinstance(claim, Claim):
-        raise ConfigError(f"register: expected a Claim, got {type(claim).__name__}")
-    for field in ("name", "title"):
-        value = getattr(claim, field)
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"claim {claim.name!r}: {field} must be a non-empty string")
-    if claim.name in CLAIMS:
-        raise ConfigError(f"claim {claim.name!r} is already registered")
-    bad = [f for f in FUNCTIONS if not callable(getattr(claim, f))]
-    if bad:
-        raise ConfigError(f"claim {claim.name!r}: {', '.join(bad)} must be callable")
-    CLAIMS[claim.name] = claim
-    return claim
+    """Add `claim` to CLAIMS, after checking it: a name not taken, a non-empty title and the
+    four functions callable (a ConfigError naming the claim and the field otherwise). Returns
+    the claim. The table lists simlab's claims first, then the others in the order of
+    registration."""
+    return CLAIMS.register(claim)
+
+
+def ordered() -> list[str]:
+    """The claims in the table's order: simlab's own, then the plugins', each in the order of
+    registration."""
+    names = list(CLAIMS)
+    return [n for n in names if CLAIMS.source(n) == BUILTIN] + [
+        n for n in names if CLAIMS.source(n) != BUILTIN
+    ]
 
 
 def lookup(claim: Claim | str) -> Claim:
@@ -136,8 +152,8 @@ def lookup(claim: Claim | str) -> Claim:
 
 
 def label(claim: Claim) -> str:
-    """The table's first column: "<number> <label>", the number its place in CLAIMS."""
-    names = list(CLAIMS)
+    """The table's first column: "<number> <label>", the number its place in the table."""
+    names = ordered()
     short = claim.label or claim.name
     return f"{names.index(claim.name) + 1} {short}" if claim.name in names else short
 
