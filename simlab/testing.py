@@ -16,8 +16,8 @@ the entry, and asserts:
              number is drawn in float32 and cast) and agrees with float32 within X64_TOL;
   extremes   every metric finite at the corners of the knobs' promised ranges (docs/config.md,
              "Numerics") and inside its declared mathematical range `Metric.bounds`;
-  identity   `run_sweep` gives bit-identical arrays for chunks of a few and of many
-             micro-batches.
+  identity   `run_sweep` gives bit-identical arrays for chunks of 1, 2 and 8 micro-batches and
+             on one and two devices (when the process has several).
 The building blocks (`block_cases`, `input_cases`, `path_outputs`, ...) run many labs in one
 compiled call, which compiles about twice as fast as one call per lab.
 """
@@ -280,14 +280,18 @@ def sweep_config(case: Case) -> dict:
     return cfg
 
 
-def assert_sweeps_identical(case: Case, devices: Sequence[int] = (1,)) -> None:
-    """run_sweep bit-identical for chunks of 2 and of 8 micro-batches, and on each device count
-    in `devices` (needs that many local devices)."""
+def assert_sweeps_identical(case: Case, devices: Sequence[int] | None = None) -> None:
+    """run_sweep bit-identical for chunks of 1, 2 and 8 micro-batches and on each device count
+    in `devices` (default 1 and 2, or 1 alone in a process with one device; force CPU devices
+    with jax's `jax_num_cpu_devices` or XLA_FLAGS=--xla_force_host_platform_device_count)."""
     from simlab.engine.sweep import run_sweep
 
+    if devices is None:
+        devices = (1, 2) if jax.local_device_count() >= 2 else (1,)
     cfg = sweep_config(case)
     ref = run_sweep(cfg, out=None, quiet=True, chunk_size=4, devices=1).metrics
-    for chunk, dev in [(16, d) for d in devices]:
+    runs = [(2, 1), (16, 1)] + [(16, d) for d in devices if d > 1]
+    for chunk, dev in runs:
         got = run_sweep(cfg, out=None, quiet=True, chunk_size=chunk, devices=dev).metrics
         for m in ref:
             np.testing.assert_array_equal(

@@ -42,13 +42,21 @@ def test_float64_same_sample(registry, entry, precisions):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BLOCKS))
-def test_sweeps_identical_across_chunk_sizes(kind):
-    testing.assert_sweeps_identical(testing.block_cases([kind])[0])
+def test_sweeps_identical_across_chunk_sizes_and_devices(kind):
+    """Every block kind, every metric: chunks of 1, 2 and 8 micro-batches and 1, 2 and 4
+    devices give the same arrays bit for bit (the README's promise)."""
+    testing.assert_sweeps_identical(testing.block_cases([kind])[1], devices=(1, 2, 4))
 
 
 @pytest.mark.parametrize("kind", list(INPUTS))
 def test_drift_is_a_common_shift(kind):
     testing.assert_drift_is_common_shift(kind)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(INPUTS))
+def test_input_kind_sweeps_identical_across_devices(kind):
+    testing.assert_sweeps_identical(testing.input_cases([kind])[0], devices=(1, 4))
 
 
 @pytest.mark.slow

@@ -6,10 +6,14 @@ across chunk sizes and devices").
   * Points are numbered in C order over the axes and grouped into micro-batches of
     `micro_batch` points (the grid is padded at its end with copies of the last point).
     One micro-batch is always `vmap(lab.point)` over exactly `micro_batch` points.
-  * A chunk is `chunk_mb` whole micro-batches (a multiple of the device count): one compiled
-    call runs `lax.map` over its micro-batches, sharded over the local devices with shard_map.
-    The last chunk is padded to the same size (no recompile); padded points are dropped.
-Chunk size therefore sets memory and resume granularity only, never the numbers.
+  * One compiled program runs micro-batches: a while loop over the first n (a traced count) of
+    `capacity` micro-batches (capacity >= 2), so every micro-batch runs the very same machine
+    code whatever the chunk's length. A chunk is cut into contiguous parts, one per device, and
+    each device runs that same program (compiled for it from the same HLO), dispatched
+    asynchronously so that the devices work at once.
+Chunk size and device count therefore set memory, speed and resume granularity only, never the
+numbers. (On XLA:CPU a partitioned shard_map program, and a loop whose arrays have a leading
+dimension of 1, each compile to other code and differ by ~1 ulp in some metrics.)
 """
 
 from __future__ import annotations
@@ -20,12 +24,10 @@ import os
 from collections.abc import Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
 
 from simlab.engine.config import SweepConfig
-from simlab.engine.store import Layout
 from simlab.errors import ConfigError
 
 
@@ -65,29 +67,38 @@ def micro_batch_fn(lab, names: tuple[str, ...]) -> Callable:
     return micro_batch
 
 
-def chunk_fn(lab, names: tuple[str, ...], mesh) -> Callable:
-    """jit(shard_map(lax.map over micro-batches of the vmapped point)).
-
-    Arguments: state and fixed knobs (replicated), swept knobs of shape (chunk_mb, micro_batch)
-    sharded over the "points" mesh axis; returns metrics of shape (chunk_mb, micro_batch, ...).
-    """
+def chunk_fn(lab, names: tuple[str, ...]) -> Callable:
+    """jit of (state, fixed knobs, swept knobs (capacity, micro_batch), n) -> metrics of shape
+    (capacity, micro_batch, ...): a while loop over the first n micro-batches (the rest of the
+    output stays zero). The same program for every chunk and every device."""
     per_mb = micro_batch_fn(lab, names)
 
-    def local(state, fixed, swept):
-        return jax.lax.map(lambda sw: per_mb(state, fixed, sw), swept)
+    def local(state, fixed, swept, n):
+        first = jax.tree.map(lambda a: a[0], swept)
+        out0 = jax.eval_shape(lambda sw: per_mb(state, fixed, sw), first)
+        capacity = next(iter(swept.values())).shape[0]
+        buf = {k: jnp.zeros((capacity, *v.shape), v.dtype) for k, v in out0.items()}
 
-    return jax.jit(
-        jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P("points")), out_specs=P("points"))
-    )
+        def body(carry):
+            i, buf = carry
+            sw = {k: jax.lax.dynamic_index_in_dim(v, i, keepdims=False) for k, v in swept.items()}
+            res = per_mb(state, fixed, sw)
+            return i + 1, {
+                k: jax.lax.dynamic_update_index_in_dim(b, res[k], i, 0) for k, b in buf.items()
+            }
+
+        return jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), buf))[1]
+
+    return jax.jit(local)
 
 
-# Environment variable: how many local devices a sweep shards over by default (unset: all).
+# Environment variable: how many local devices a sweep runs on by default (unset: all).
 DEVICES_ENV = "SIMLAB_DEVICES"
 
 
-def local_mesh(devices: int | None = None) -> Mesh:
-    """A 1-D mesh, axis "points", over the first `devices` local devices (None: $SIMLAB_DEVICES
-    if set, else all). The device count never changes the numbers (the module docstring)."""
+def local_devices(devices: int | None = None) -> list:
+    """The first `devices` local devices (None: $SIMLAB_DEVICES if set, else all). The device
+    count never changes the numbers (the module docstring)."""
     have = jax.local_devices()
     where = "devices"
     if devices is None and os.environ.get(DEVICES_ENV, "").strip():
@@ -99,38 +110,42 @@ def local_mesh(devices: int | None = None) -> Mesh:
     n = len(have) if devices is None else devices
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(have):
         raise ConfigError(f"{where}: {n!r} is not in 1..{len(have)} (the local devices)")
-    return Mesh(np.array(have[:n]), ("points",))
+    return list(have[:n])
 
 
 @functools.lru_cache(maxsize=16)
-def jitted(lab, names: tuple[str, ...], mesh) -> tuple[Callable, Callable]:
+def jitted(lab, names: tuple[str, ...]) -> tuple[Callable, Callable]:
     """(jit(lab.seed_state), chunk_fn), cached per lab so that repeated sweeps of one lab object
-    (same metrics, same devices) reuse the compiled code."""
-    return jax.jit(lab.seed_state), chunk_fn(lab, names, mesh)
+    (same metrics) reuse the compiled code."""
+    return jax.jit(lab.seed_state), chunk_fn(lab, names)
 
 
 def compile_sweep(
-    lab, names, mesh, fixed, layout: Layout, grid, precision: str, replicated, sharded
-) -> tuple[Callable, Callable]:
+    lab, names, devices, fixed, capacity: int, micro_batch: int, grid, precision: str
+) -> tuple[Callable, dict]:
     """Both programs of a sweep compiled ahead of the first chunk, under the matmul precision
-    (jax.default_matmul_precision; "highest": full float32 on every backend): the per-seed
-    state and the chunk function (from abstract shapes; no data is computed)."""
-    seed_state, fn = jitted(lab, names, mesh)
-    key = jax.random.PRNGKey(0)
+    (jax.default_matmul_precision; "highest": full float32 on every backend): the per-seed state
+    (on the first device; its result is copied to the others) and, for each device, the chunk
+    program (the same HLO; from abstract shapes, no data is computed)."""
+    seed_state, fn = jitted(lab, names)
     with jax.default_matmul_precision(precision):
-        lowered = seed_state.lower(key)
+        lowered = seed_state.lower(jax.random.PRNGKey(0))
         c_state = lowered.compile()
-        state = jax.tree.map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated), lowered.out_info
-        )
-        swept = {
-            k: jax.ShapeDtypeStruct(
-                (layout.chunk_mb, layout.micro_batch), v.dtype, sharding=sharded
+        chunks = {}
+        for d in devices:
+            on = jax.sharding.SingleDeviceSharding(d)
+            state = jax.tree.map(
+                lambda a, on=on: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on),
+                lowered.out_info,
             )
-            for k, v in grid.items()
-        }
-        c_chunk = fn.lower(state, fixed, swept).compile()
-    return c_state, c_chunk
+            fx = {k: jax.ShapeDtypeStruct((), knob_dtype(), sharding=on) for k in fixed}
+            swept = {
+                k: jax.ShapeDtypeStruct((capacity, micro_batch), v.dtype, sharding=on)
+                for k, v in grid.items()
+            }
+            n = jax.ShapeDtypeStruct((), jnp.int32, sharding=on)
+            chunks[d] = fn.lower(state, fx, swept, n).compile()
+    return c_state, chunks
 
 
 def bytes_per_micro_batch(

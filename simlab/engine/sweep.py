@@ -45,8 +45,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from simlab.engine import claims, compile_cache, memory, results
@@ -56,7 +54,7 @@ from simlab.engine.compile import (
     grid_knobs,
     jitted,
     knob_dtype,
-    local_mesh,
+    local_devices,
 )
 from simlab.engine.config import SweepConfig, fingerprint, load_config, read_toml
 from simlab.engine.schedule import Writer, check_worker, wait_for_results
@@ -224,8 +222,8 @@ def run_sweep(
     merging; a later plain run (or `simlab merge`) computes what is missing and merges. Needs
     `out`. Under jax.distributed with `out`, process i takes share (i, process_count), process 0
     then finishes and merges, and every process returns the merged Results.
-    devices: how many local devices to shard over (None: $SIMLAB_DEVICES, else all); the
-    numbers never depend on it.
+    devices: how many local devices to run on (None: $SIMLAB_DEVICES, else all); the numbers
+    never depend on it.
     """
     t0 = time.perf_counter()
     tables = _tables(config)
@@ -241,7 +239,7 @@ def run_sweep(
     if chunk_size is not None:
         tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
     cfg = load_config(tables)
-    mesh = local_mesh(devices)
+    devices = local_devices(devices)
     lab, names = build_lab(cfg, lab)
     cfg = resolve_micro_batch(cfg, lab)
     resolved = provenance(cfg, lab, names)
@@ -261,15 +259,15 @@ def run_sweep(
                 coord.clean()
             coord.tidy()
         return results.load(out_dir)
-    preflight(cfg, lab, names, mesh)
+    preflight(cfg, lab, names)
     distributed = worker is not None and jax.process_count() > 1 and worker[1] > 1
-    res = compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, mesh)
+    res = compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, devices)
     if distributed:  # process 0 merged (it waits for every unit); the others wait for it
         return res if res is not None else wait_for_results(out_dir)
     return res
 
 
-def preflight(cfg: SweepConfig, lab, names, mesh) -> dict[str, int]:
+def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
     """Refuse (ConfigError) a sweep whose seed state, micro-batch and results cannot fit in
     memory (simlab.engine.memory), before anything is computed or written."""
     swept = [k for a in cfg.axes for k in a.knobs]
@@ -282,7 +280,7 @@ def preflight(cfg: SweepConfig, lab, names, mesh) -> dict[str, int]:
         kn = {k: jax.ShapeDtypeStruct((), knob_dtype()) for k in (*cfg.knobs, *swept)}
         out = jax.eval_shape(lab.point, state, kn)
         per_point = sum(math.prod(out[k].shape) for k in names)
-    seed_state = jitted(lab, names, mesh)[0]  # eval_shape's trace is reused by lower
+    seed_state = jitted(lab, names)[0]  # eval_shape's trace is reused by lower
     return memory.check_fits(cfg, lab, names, seed_state, micro, per_point, knob_dtype().itemsize)
 
 
@@ -302,18 +300,19 @@ def open_directory(out_dir: Path | None, resolved, fp: str):
 
 class ChunkRunner:
     """compute_chunk(seed, start, stop) for a Writer: compiles both programs on the first chunk
-    (none when nothing is missing), keeps the current seed's state, and times both."""
+    (none when nothing is missing), keeps the current seed's state on every device, runs each
+    device's contiguous part of the chunk with the same program (simlab.engine.compile), and
+    times both."""
 
-    def __init__(self, cfg: SweepConfig, lab, names, mesh, layout: Layout):
-        self.cfg, self.lab, self.names, self.mesh, self.layout = cfg, lab, names, mesh, layout
-        self.replicated = NamedSharding(mesh, P())
-        self.sharded = NamedSharding(mesh, P("points"))
+    def __init__(self, cfg: SweepConfig, lab, names, devices: list, layout: Layout):
+        self.cfg, self.lab, self.names, self.devices, self.layout = cfg, lab, names, devices, layout
+        self.per_device = layout.chunk_mb // len(devices)
+        self.capacity = max(2, self.per_device)  # never a leading dimension of 1
         self.grid = grid_knobs(cfg)
-        self.fixed = jax.device_put(
-            {k: knob_dtype().type(v) for k, v in cfg.knobs.items()}, self.replicated
-        )
+        fixed = {k: knob_dtype().type(v) for k, v in cfg.knobs.items()}
+        self.fixed = {d: jax.device_put(fixed, d) for d in devices}
         self.compiled_state = self.compiled = None
-        self.state, self.state_seed = None, None
+        self.states, self.state_seed = {}, None
         self.compile_s = self.compute_s = 0.0
 
     def _compile(self) -> None:
@@ -322,13 +321,12 @@ class ChunkRunner:
         self.compiled_state, self.compiled = compile_sweep(
             self.lab,
             self.names,
-            self.mesh,
-            self.fixed,
-            self.layout,
+            self.devices,
+            self.fixed[self.devices[0]],
+            self.capacity,
+            self.cfg.sweep.micro_batch,
             self.grid,
             self.cfg.sweep.matmul_precision,
-            self.replicated,
-            self.sharded,
         )
         self.compile_s = time.perf_counter() - tc
         log.info("sweep: compiled in %.2f s (cache: %s)", self.compile_s, cache or "off")
@@ -337,29 +335,37 @@ class ChunkRunner:
         if self.compiled is None:
             self._compile()
         tc = time.perf_counter()
-        mb = self.cfg.sweep.micro_batch
+        mb, n_points = self.cfg.sweep.micro_batch, self.layout.n_points
         if self.state_seed != s:
             key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.sweep.base_seed), s)
-            self.state = jax.device_put(self.compiled_state(key), self.replicated)
+            state = self.compiled_state(key)
+            self.states = {d: jax.device_put(state, d) for d in self.devices}
             self.state_seed = s
-        idx = self.layout.point_index(a)
-        swept = jax.device_put(
-            {k: v[idx].reshape(self.layout.chunk_mb, mb) for k, v in self.grid.items()},
-            self.sharded,
-        )
-        res = self.compiled(self.state, self.fixed, swept)
-        keep = (b - a) * mb
-        out = {k: np.asarray(x).reshape((-1,) + x.shape[2:])[:keep] for k, x in res.items()}
+        parts = []  # dispatched to every device before any result is read: they run at once
+        for i, d in enumerate(self.devices):
+            lo = a + i * self.per_device
+            hi = min(lo + self.per_device, b)
+            if lo >= hi:
+                break
+            idx = np.minimum(np.arange(lo * mb, (lo + self.capacity) * mb), n_points - 1)
+            swept = {k: v[idx].reshape(self.capacity, mb) for k, v in self.grid.items()}
+            n = np.int32(hi - lo)
+            res = self.compiled[d](self.states[d], self.fixed[d], jax.device_put(swept, d), n)
+            parts.append((hi - lo, res))
+        out = {
+            name: np.concatenate([np.asarray(res[name])[:n] for n, res in parts])
+            for name in self.names
+        }
+        out = {k: x.reshape((-1,) + x.shape[2:]) for k, x in out.items()}
         self.compute_s += time.perf_counter() - tc
         return out
 
 
 def compute(
-    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, mesh
+    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, devices
 ) -> results.Results | None:
-    """Compute the missing chunks (this writer's share) on the devices of `mesh`, then, unless
-    a worker, wait for the rest, merge and save (after all validation has passed)."""
-    devices = list(mesh.devices.flat)
+    """Compute the missing chunks (this writer's share) on `devices`, then, unless a worker,
+    wait for the rest, merge and save (after all validation has passed)."""
     st = cfg.sweep
     layout, layout_meta = choose_layout(cfg, lab, names, len(devices))
     coord = open_directory(out_dir, resolved, fp)
@@ -368,7 +374,7 @@ def compute(
     )
     finish = worker is None or (jax.process_count() > 1 and worker[0] == 0 and worker[1] > 1)
     writer = Writer(layout, store, coord, st.seeds, worker, finish)
-    runner = ChunkRunner(cfg, lab, names, mesh, layout)
+    runner = ChunkRunner(cfg, lab, names, devices, layout)
     reused = len(store.chunks)
     hook = None if on_chunk is None else (lambda *a: on_chunk(ChunkInfo(*a)))
     total = cfg.n_points * st.seeds

@@ -14,7 +14,7 @@ import pytest
 
 import simlab
 from simlab.core import knobs
-from simlab.engine.compile import grid_knobs, jaxpr_bytes, jitted, local_mesh, micro_batch_fn
+from simlab.engine.compile import grid_knobs, jaxpr_bytes, jitted, micro_batch_fn
 from simlab.engine.config import load_config
 from simlab.engine.store import make_layout
 from simlab.engine.sweep import run_sweep
@@ -67,7 +67,7 @@ def point_loop(cfg_dict, lab):
     cfg = load_config(cfg_dict)
     grid = grid_knobs(cfg)
     point = jax.jit(lab.point)
-    seed_state = jitted(lab, tuple(lab.metric_names), local_mesh())[0]  # the compiled seed_state
+    seed_state = jitted(lab, tuple(lab.metric_names))[0]  # the compiled seed_state
     out = {k: [] for k in lab.metric_names}
     for s in range(cfg.sweep.seeds):
         state = seed_state(jax.random.fold_in(jax.random.PRNGKey(cfg.sweep.base_seed), s))
