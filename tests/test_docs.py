@@ -56,3 +56,91 @@ def test_readme_is_a_front_page_with_live_links():
     # exactly two set-up commands (one code block each) in the Set up section
     setup = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
     assert setup.count("```bash") == 2
+
+
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "examples" / "plugins" / "README.md",
+    *sorted((ROOT / "experiments").glob("*.toml")),
+    *sorted((ROOT / "examples" / "plugins").glob("*.toml")),
+]
+MODULE = re.compile(r"\bsimlab(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+FILE = re.compile(
+    r"(?<![\w/.-])((?:simlab|docs|experiments|tests|benchmarks|examples|figures)/[\w./-]+"
+    r"\.(?:py|md|toml|png|json|sh))"
+)
+COMMAND = re.compile(r"(?:^[#\s]*|&&\s*|\|\s*|\$\s*)simlab ([a-z][a-z-]+)([^`\n]*)")
+
+
+def _resolves(dotted: str) -> bool:
+    """simlab.a.b.C: an importable module, or an attribute of the longest importable prefix."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_module_and_file_the_docs_cite_exists():
+    """Every `simlab.x.y` named in the README, docs/, the shipped TOMLs and the example plugin
+    resolves (module or attribute), and every repository file path they name exists."""
+    bad, seen = [], 0
+    for doc in DOCS:
+        text = doc.read_text()
+        for dotted in set(MODULE.findall(text)):
+            dotted = dotted.rstrip(".")
+            seen += 1
+            if not _resolves(dotted):
+                bad.append(f"{doc.relative_to(ROOT)}: {dotted}")
+        for path in set(FILE.findall(text)):
+            seen += 1
+            if "<" in path or "*" in path or "{" in path:
+                continue
+            if not (ROOT / path.rstrip(".")).exists():
+                bad.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert seen > 50 and not bad, bad
+
+
+def _code(doc: Path) -> list[str]:
+    """The code of a doc: fenced blocks and `spans` of Markdown, comment lines of TOML."""
+    text = doc.read_text()
+    if doc.suffix == ".toml":
+        return [ln for ln in text.splitlines() if ln.lstrip().startswith("#")]
+    out, fenced = [], False
+    for ln in text.splitlines():
+        if ln.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        out += [ln] if fenced else re.findall(r"`([^`]+)`", ln)
+    return out
+
+
+def test_every_command_and_flag_the_docs_cite_exists():
+    """Every `simlab COMMAND --flag` in the docs' code names a command and flags it accepts."""
+    from simlab.cli import COMMANDS, build_parser
+
+    bad, seen = [], 0
+    for doc in DOCS:
+        for line in _code(doc):
+            for cmd, rest in COMMAND.findall(line):
+                if cmd not in COMMANDS:
+                    bad.append(f"{doc.relative_to(ROOT)}: simlab {cmd}")
+                    continue
+                seen += 1
+                parser = build_parser([cmd])
+                sub = parser._subparsers._group_actions[0].choices[cmd]
+                known = {o for a in sub._actions for o in a.option_strings}
+                for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+                    if flag not in known:
+                        bad.append(f"{doc.relative_to(ROOT)}: simlab {cmd} {flag}")
+    assert seen > 20 and not bad, bad

@@ -284,7 +284,7 @@ def test_cli_writes_default_path(sweep, capsys):
         )
         == 0
     )
-    out = d / "m_a_b.png"
+    out = d / "m_a_b_c2.png"  # the cut is in the default name: cuts do not overwrite each other
     assert mpimg.imread(out).shape[:2] == (720, 960)
     assert (
         plot_cli.cli_main(
@@ -304,7 +304,7 @@ def test_cli_writes_default_path(sweep, capsys):
         )
         == 0
     )
-    assert (d / "ml_b.png").exists()
+    assert (d / "ml_b_a1_c0.png").exists()
 
 
 @pytest.mark.parametrize(
@@ -325,3 +325,69 @@ def test_cli_user_errors_leave_no_file(sweep, extra, match):
             _args(d, "--x", "a", "--y", "b", "--metric", "m", "--out", d / "f.png", *extra)
         )
     assert sorted(p.name for p in d.iterdir()) == before
+
+
+# ------------------------------------------------------------------------------ CLI promises
+def test_cli_suffix_picks_the_format_and_several_metrics_each_get_a_file(sweep, capsys):
+    _, d = sweep
+    argv = [d, "--x", "a", "--y", "b", "--select", "c=2", "--metric", "m", "--metric", "ml"]
+    assert plot_cli.cli_main(_args(*argv, "--out", d / "fig.pdf")) == 0
+    for name in ("fig_m.pdf", "fig_ml.pdf"):
+        assert (d / name).read_bytes()[:5] == b"%PDF-", name  # a PDF, not PNG bytes
+    assert plot_cli.cli_main(_args(*argv[:-2], "--out", d / "fig.svg")) == 0
+    assert b"<svg" in (d / "fig.svg").read_bytes()[:2000]
+    with pytest.raises(ConfigError, match=r"--out: .*fig.jpg must end in .png, .pdf, .svg"):
+        plot_cli.cli_main(_args(*argv, "--out", d / "fig.jpg"))
+
+
+def test_cli_default_names_carry_the_cut_and_are_safe(sweep, tmp_path):
+    res, d = sweep
+    for c in ("0", "2"):  # two cuts: two files, neither overwrites the other
+        assert (
+            plot_cli.cli_main(
+                _args(d, "--x", "a", "--y", "b", "--metric", "m", "--select", f"c={c}")
+            )
+            == 0
+        )
+    assert (d / "m_a_b_c0.png").exists() and (d / "m_a_b_c2.png").exists()
+    res.metrics["m/s"] = res.metrics["m"]
+    results.save(tmp_path / "slash", res.axes, res.metrics, res.meta)
+    s = tmp_path / "slash"
+    assert (
+        plot_cli.cli_main(_args(s, "--x", "a", "--y", "b", "--metric", "m/s", "--select", "c=0"))
+        == 0
+    )
+    assert (s / "m_s_a_b_c0.png").exists() and not (s / "m").exists()
+
+
+def test_cli_select_beyond_the_axis_is_refused_and_a_snap_is_said(sweep, capsys):
+    _, d = sweep
+    with pytest.raises(ConfigError, match=r"select: c=1000 is outside the axis's range \[0, 2\]"):
+        plot_cli.cli_main(_args(d, "--x", "a", "--y", "b", "--metric", "m", "--select", "c=1000"))
+    assert (
+        plot_cli.cli_main(_args(d, "--x", "a", "--y", "b", "--metric", "m", "--select", "c=1.7"))
+        == 0
+    )
+    assert "--select c=1.7: the nearest coordinate 2 is used" in capsys.readouterr().err
+
+
+def test_tiny_colour_range_is_said_and_vmin_vmax_fix_it(tmp_path):
+    axes = OrderedDict(a=np.geomspace(0.1, 10, 4), b=np.linspace(0, 1, 3))
+    z = -0.000446 + 8e-6 * np.random.default_rng(0).random((4, 3, 2))  # rounding-level spread
+    meta = {"axes": [{"name": "a", "space": "log"}, {"name": "b", "space": "lin"}]}
+    res = results.save(tmp_path / "r", axes, {"out_cos": z}, meta)
+    fig, ax = plot.plot_results(res, x="a", y="b", metric="out_cos")
+    width = np.ptp(z.mean(axis=-1))  # of the seed means drawn
+    assert f"colour range only {width:.2g} wide" in ax.get_title()
+    fig, ax = plot.plot_results(res, x="a", y="b", metric="out_cos", vmin=-1, vmax=1)
+    assert "colour range" not in ax.get_title()
+    assert ax.collections[0].get_clim() == (-1, 1)
+
+
+def test_levels_outside_the_data_say_so(sweep, capsys):
+    _, d = sweep
+    argv = [d, "--x", "a", "--y", "b", "--metric", "m", "--select", "c=0", "--contour", "m"]
+    assert plot_cli.cli_main(_args(*argv, "--levels", "100")) == 0
+    assert (
+        "simlab: warning: contour levels 100 are outside the range of m" in capsys.readouterr().err
+    )

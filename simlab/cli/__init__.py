@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import tomllib
 
-from simlab.errors import ConfigError
+from simlab.errors import ConfigError, Interrupted, StorageError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,8 +75,16 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Python warnings as one line: "simlab: warning: <message>"."""
+    print(f"simlab: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `simlab` and `python -m simlab`; returns the exit code."""
+    import warnings
+
+    warnings.showwarning = _show_warning
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:
@@ -86,6 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, tomllib.TOMLDecodeError) as e:  # ResultsError too
         print(f"simlab: error: {e}", file=sys.stderr)
         return 2
+    except StorageError as e:
+        print(f"simlab: error: {e.strerror}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        print(f"\nsimlab: interrupted: {e.message}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("\nsimlab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `simlab info DIR | head -1`: the reader has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,12 @@ def cli_main(args) -> int:
     from simlab.engine.merge import merge_directory
 
     apply_cache_argument(args)
-    res = merge_directory(args.dir, args.quiet)
+    res, finished = merge_directory(args.dir, args.quiet)
+    if finished:
+        print(
+            f"{args.dir}: already finished; nothing computed (results.npz + meta.json as they were)"
+        )
+        return 0
     print(
         f"merged {args.dir}: results.npz + meta.json ({res.meta.get('chunks_computed', 0)} "
         f"chunks computed now, {res.meta.get('chunks_reused', 0)} reused)"

@@ -1,16 +1,22 @@
-"""`simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--out FILE.png] [--layer I]
-[--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...]`: a phase diagram or a curve
-with a seed band from a finished sweep (simlab.plot.plot_results)."""
+"""`simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--metric NAME ...] [--out FILE]
+[--layer I] [--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...] [--vmin V --vmax V]`:
+a phase diagram or a curve with a seed band from a finished sweep (simlab.plot.plot_results),
+one file per metric; the file's suffix picks the format (.png, .pdf, .svg)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from simlab.engine import results
+from simlab.engine.select import nearest
 from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
 from simlab.plot import plot_results
+from simlab.plot.axes import figure_format
 
 
 def add_arguments(parser) -> None:
@@ -21,11 +27,19 @@ def add_arguments(parser) -> None:
         metavar="AXIS",
         help="axis on the vertical (phase diagram); omit for a 1-D curve with a seed band",
     )
-    parser.add_argument("--metric", required=True, metavar="NAME", help="metric to plot")
+    parser.add_argument(
+        "--metric",
+        required=True,
+        action="append",
+        metavar="NAME",
+        help="metric to plot (repeatable: one file per metric)",
+    )
     parser.add_argument(
         "--out",
-        metavar="FILE.png",
-        help="output PNG (default DIR/<metric>_<x>_<y>.png or DIR/<metric>_<x>.png)",
+        metavar="FILE",
+        help="the figure file, .png, .pdf or .svg (the suffix picks the format; default "
+        "DIR/<metric>_<x>[_<y>][_<axis><value>...].png); with several metrics, each file "
+        "gets its metric's name before the suffix",
     )
     parser.add_argument(
         "--layer", type=int, metavar="I", help="layer of a per-layer metric (default: the last)"
@@ -39,6 +53,8 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--contour", metavar="METRIC", help="second metric drawn as contour lines")
     parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")
+    parser.add_argument("--vmin", type=float, default=None, help="lower end of the colour scale")
+    parser.add_argument("--vmax", type=float, default=None, help="upper end of the colour scale")
 
 
 def _parse_select(items: Sequence[str]) -> dict[str, float]:
@@ -67,28 +83,59 @@ def _parse_levels(s: str | None):
     return levels
 
 
+def _safe(name: str) -> str:
+    """A name fit for a file name: path separators and spaces become "_"."""
+    return "".join("_" if c in "/\\ " or ord(c) < 32 else c for c in name)
+
+
+def out_paths(args, metrics: list[str], select: dict[str, float]) -> dict[str, Path]:
+    """metric -> the file to write: --out (with the metric's name added when there are
+    several), else DIR/<metric>_<x>[_<y>][_<axis><value>...].png."""
+    if args.out is not None:
+        out = Path(args.out)
+        if str(args.out).strip() == "" or out.is_dir():
+            raise ConfigError(f"--out: {args.out!r} must name a figure file (e.g. plot.png)")
+        figure_format(out)
+        check_writable(out.parent, "--out")
+        if len(metrics) == 1:
+            return {metrics[0]: out}
+        return {m: out.with_name(f"{out.stem}_{_safe(m)}{out.suffix}") for m in metrics}
+    cuts = [f"{a}{v:g}" for a, v in select.items()]
+    paths = {}
+    for m in metrics:
+        stem = "_".join(_safe(p) for p in (m, args.x, args.y, *cuts) if p)
+        paths[m] = Path(args.dir) / f"{stem}.png"
+    return paths
+
+
 def cli_main(args) -> int:
     select = _parse_select(args.select)
     levels = _parse_levels(args.levels)
     res = results.load(args.dir)
-    if args.out is not None:
-        if str(args.out).strip() == "" or Path(args.out).is_dir():
-            raise ConfigError(f"--out: {args.out!r} must name a figure file (e.g. plot.png)")
-        check_writable(Path(args.out).parent, "--out")
-        out = Path(args.out)
-    else:
-        stem = "_".join(p for p in (args.metric, args.x, args.y) if p)
-        out = Path(args.dir) / f"{stem}.png"
-    plot_results(
-        res,
-        x=args.x,
-        y=args.y,
-        metric=args.metric,
-        layer=args.layer,
-        select=select,
-        contour=args.contour,
-        contour_levels=levels,
-        out=out,
-    )
-    print(f"wrote {out}")
+    metrics = list(dict.fromkeys(args.metric))  # in order, each once
+    paths = out_paths(args, metrics, select)
+    for a, v in select.items():  # say which coordinate a value snapped to
+        if a in res.axes:
+            coords = np.asarray(res.axes[a], float)
+            c = coords[nearest(res, a, v)] if coords.min() <= v <= coords.max() else v
+            if not np.isclose(c, v, rtol=1e-9, atol=0):
+                print(
+                    f"--select {a}={v:g}: the nearest coordinate {c:.6g} is used", file=sys.stderr
+                )
+    for m in metrics:
+        plot_results(
+            res,
+            x=args.x,
+            y=args.y,
+            metric=m,
+            layer=args.layer,
+            select=select,
+            contour=args.contour,
+            contour_levels=levels,
+            out=paths[m],
+            vmin=args.vmin,
+            vmax=args.vmax,
+            warn=lambda msg: print(f"simlab: warning: {msg}", file=sys.stderr),
+        )
+        print(f"wrote {paths[m]}")
     return 0

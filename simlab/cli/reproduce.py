@@ -34,5 +34,6 @@ def cli_main(args) -> int:
     apply_cache_argument(args)
     done = reproduce(args.only, args.out, args.quick, args.quiet, sets=tuple(args.set or ()))
     total = sum(s for _, s in done.values())
-    print(f"reproduce: {sum(len(f) for f, _ in done.values())} figures in {total:.1f} s")
+    n = sum(len(f) for f, _ in done.values())
+    print(f"reproduce: {n} figure{'s' * (n != 1)} in {total:.1f} s")
     return 0

@@ -35,7 +35,9 @@ def add_arguments(parser) -> None:
         "--chunk-size",
         type=int,
         default=None,
-        help="points per compiled call (memory only; default: from sweep.memory_budget_mb)",
+        help="points per compiled call: the resume and progress grain (never the numbers); "
+        "default 64 micro-batches per device, or 1 when a micro-batch's working set exceeds "
+        "sweep.memory_budget_mb (docs/config.md)",
     )
     parser.add_argument(
         "--devices",

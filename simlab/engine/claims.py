@@ -143,6 +143,22 @@ class Coordinator:
         with contextlib.suppress(OSError):
             (self.out / ".lock").unlink()
 
+    def leave(self) -> None:
+        """After an interruption: drop this writer's claims, and when no other writer holds a
+        claim or the lock, remove the claims folder and the lock file (a lone writer leaves no
+        trace but its finished chunk files)."""
+        self.close()
+        others = [p for p in self.claims() if p not in self.mine]
+        if others or not (self.out / ".lock").exists():
+            return
+        with open(self.out / ".lock", "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return  # another writer holds it: leave it be
+            self.tidy()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
     def close(self) -> None:
         """Stop the heartbeat and drop this writer's remaining claims."""
         self._stop.set()

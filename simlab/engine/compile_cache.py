@@ -49,11 +49,32 @@ def enable() -> str | None:
         return current
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        return None  # unwritable home: compile as without a cache
+        probe = path / f".probe.{os.getpid()}"
+        probe.write_bytes(b"")  # a directory that exists but cannot be written is unusable too
+        probe.unlink()
+    except OSError as e:
+        _warn_once(path, e)
+        return None  # compile as without a cache
     _set(str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return str(path)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(path: Path, e: OSError) -> None:
+    """One line on stderr per unusable directory (the sweep goes on without the cache)."""
+    if str(path) in _WARNED:
+        return
+    _WARNED.add(str(path))
+    import sys
+
+    print(
+        f"simlab: warning: compilation cache {path} is unusable ({e.strerror or e}); compiling "
+        f"without it (set {ENV}=DIR to another directory, or {ENV}=off)",
+        file=sys.stderr,
+    )
 
 
 def disable() -> None:

@@ -23,7 +23,7 @@ import json
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "memory_budget_mb": 1024.0,
     "metrics": None,
     "matmul_precision": "highest",
+    "dtype": None,
 }
 # jax.default_matmul_precision values: "highest" = full float32 matmuls on every backend (GPUs
 # otherwise use TF32 and TPUs bfloat16 passes for float32); "high" (bf16_3x / TF32),
@@ -85,7 +86,9 @@ LEGACY_KNOBS = (
 ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
     "block": {"mlp_center": False, "qk_weights": "random"},
     "inputs": {"normalize": False},
+    "sweep": {"dtype": "float32"},
 }
+DTYPES = ("float32", "float64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +137,7 @@ class SweepSettings:
     memory_budget_mb: float = 1024.0
     metrics: tuple[str, ...] | None = None
     matmul_precision: str = "highest"
+    dtype: str | None = None  # the float dtype computed in; run_sweep records the process's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +186,7 @@ def canonical(config: Mapping[str, Any]) -> dict[str, Any]:
         d.get("sweep", {}).pop(k, None)
     for table, fields in ADDED_DEFAULTS.items():
         for k, default in fields.items():
-            if k in d.get(table, {}) and d[table][k] == default:
+            if k in d.get(table, {}) and d[table][k] in (default, None):
                 del d[table][k]
     knobs = d.get("knobs", {})
     for k in [k for k in knobs if k not in LEGACY_KNOBS and k in knob_registry.KNOBS]:
@@ -249,6 +253,42 @@ def apply_quick(cfg: Mapping[str, Any], quick: Mapping[str, Any] | None, where: 
             if "num" in a:
                 a["num"] = quick["num"]
     return out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if math.isfinite(v) else ("nan" if v != v else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        items = [f"{k} = {_toml_value(x)}" for k, x in v.items() if x is not None]
+        return "{" + ", ".join(items) + "}"
+    raise ConfigError(f"to_toml: cannot write {type(v).__name__} {v!r}")
+
+
+def to_toml(config: Mapping[str, Any]) -> str:
+    """A config dict (e.g. a resolved config) as TOML text that `load_config` reads back:
+    `plugins` first, the tables, `[[axes]]`; None fields are left out (their defaults), and the
+    derived keys (`sources`, `lab`) become comments."""
+    lines = []
+    if config.get(PLUGINS_KEY):
+        lines.append(f"{PLUGINS_KEY} = {_toml_value(list(config[PLUGINS_KEY]))}")
+    for key in DERIVED_KEYS:
+        if config.get(key):
+            lines.append(f"# {key} (derived, recorded by the sweep): {json.dumps(config[key])}")
+    for table in ("block", "inputs", "knobs", "sweep"):
+        t = config.get(table)
+        if isinstance(t, Mapping) and t:
+            lines += ["", f"[{table}]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in t.items() if v is not None]
+    for a in config.get("axes") or []:
+        lines += ["", "[[axes]]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in a.items() if v is not None]
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def read_toml(path: str | os.PathLike) -> dict[str, Any]:
@@ -358,7 +398,7 @@ def parse_axis(d: Any, where: str) -> Axis:
             raise ConfigError(
                 f"{where}.{extra[0]}: give either values or space/start/stop/num, not both"
             )
-        values = d["values"]
+        values = as_number_list(d["values"])
         if not isinstance(values, (list, tuple)) or not values:
             raise ConfigError(
                 f"{where}.values: must be a non-empty list of numbers, got {values!r}"
@@ -403,6 +443,19 @@ def parse_axis(d: Any, where: str) -> Axis:
     return Axis(name, tuple(knobs), space, values, start, stop, num)
 
 
+def as_number_list(values: Any) -> Any:
+    """A numpy array or any non-string sequence of numbers as a list of Python numbers (the
+    Python API takes np.linspace(...) where a TOML file has a list); anything else unchanged,
+    for the caller's own error."""
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        return values.tolist()
+    if isinstance(values, Sequence) and not isinstance(values, (str, bytes, list, tuple)):
+        return list(values)
+    if isinstance(values, (list, tuple)):
+        return [v.item() if isinstance(v, np.generic) else v for v in values]
+    return values
+
+
 def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
     """Validate the [sweep] table (missing fields take SWEEP_DEFAULTS)."""
     for k in d:
@@ -437,6 +490,7 @@ def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
         matmul_precision=spec.check_choice(
             "sweep.matmul_precision", v["matmul_precision"], MATMUL_PRECISIONS
         ),
+        dtype=None if v["dtype"] is None else spec.check_choice("sweep.dtype", v["dtype"], DTYPES),
     )
 
 

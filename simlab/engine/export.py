@@ -16,8 +16,18 @@ def export(out_dir, path) -> Path:
     path = Path(path)
     if path.suffix != ".nc":
         raise ConfigError(f"--to: {path} must end in .nc (a netCDF file)")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--to: the folder {path.parent} does not exist; create it first")
     check_writable(path.parent, "--to")
-    ds = results.load(out_dir).to_xarray()
+    res = results.load(out_dir)
+    names = [*res.axes, *res.metrics]
+    bad = [n for n in names if not n.isascii()]
+    if bad:
+        raise ConfigError(
+            f"export: netCDF-3 (scipy's writer) stores ASCII names only, and {bad} are not; "
+            "rename the axis in the config, or use Results.to_xarray() and another engine"
+        )
+    ds = res.to_xarray()
     data = ds.to_netcdf(engine="scipy")  # bytes: then an atomic write
     results.atomic_write_bytes(path, bytes(data))
     return path

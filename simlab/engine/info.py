@@ -4,7 +4,6 @@ chunks done and missing."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from simlab.engine import results
@@ -58,5 +57,7 @@ def describe(out: Path, with_config: bool = False) -> str:
             f"{out}: not a sweep directory (no results.npz, meta.json or sweep.json)"
         )
     if with_config and config is not None:
-        lines.append(json.dumps(config, indent=2))
+        from simlab.engine.config import to_toml
+
+        lines += ["", "# the resolved config (TOML: `simlab sweep` reads it back)", to_toml(config)]
     return "\n".join(lines)

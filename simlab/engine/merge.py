@@ -11,8 +11,9 @@ from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
 
 
-def merge_directory(out: str | Path, quiet: bool = False) -> results.Results:
-    """Run the sweep recorded in out/sweep.json into `out`: computes only what is missing."""
+def merge_directory(out: str | Path, quiet: bool = False) -> tuple[results.Results, bool]:
+    """Run the sweep recorded in out/sweep.json into `out`: computes only what is missing.
+    Returns the results and whether the directory was finished already (nothing computed)."""
     out = Path(out)
     if not (out / "sweep.json").is_file():
         raise ConfigError(f"{out}: holds no sweep.json (not a sweep directory)")
@@ -25,4 +26,5 @@ def merge_directory(out: str | Path, quiet: bool = False) -> results.Results:
             f"{out}: was written by a custom lab ({lab.get('class', '?')}); finish it from Python "
             "with the same lab: simlab.run_sweep(config, lab=..., out=...)"
         )
-    return run_sweep(config["config"], out=out, quiet=quiet)
+    finished = (out / "results.npz").exists() and (out / "meta.json").exists()
+    return run_sweep(config["config"], out=out, quiet=quiet), finished

@@ -15,12 +15,13 @@ import os
 import tempfile
 import zipfile
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simlab.errors import ResultsError
+from simlab.errors import ResultsError, StorageError
 
 AXIS_PREFIX = "axis:"
 
@@ -146,9 +147,15 @@ class Results:
         }
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
-    def sel(self, **coords):
-        """xarray-style selection by coordinate (nearest): a Dataset (needs xarray)."""
-        return self.to_xarray().sel(coords, method="nearest")
+    def sel(self, coords: Mapping[str, Any] | None = None, **kw):
+        """xarray-style selection by coordinate (nearest): a Dataset (needs xarray). Axes as
+        keywords (`res.sel(drift_norm=1)`) or as a dict, for names that are not identifiers or
+        are Python keywords (`res.sel({"lambda": 1})`)."""
+        both = {**dict(coords or {}), **kw}
+        unknown = [a for a in both if a not in self.axes and a not in ("seed", "layer")]
+        if unknown:
+            raise KeyError(f"sel: {unknown} are not axes; axes: {', '.join(self.axes)}")
+        return self.to_xarray().sel(both, method="nearest")
 
 
 def versions(*extra: str) -> dict[str, str]:
@@ -175,7 +182,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     # host and pid in the name: the next writer removes a dead writer's leftovers
     # (simlab.engine.claims.Coordinator.clean)
     prefix = f".{path.name}.{HOST}.{os.getpid()}."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
+    except OSError as e:
+        raise StorageError(
+            e.errno, f"{path}: cannot be written in {path.parent} ({e.strerror or e})"
+        ) from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
@@ -185,9 +197,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(
+                e.errno,
+                f"{path}: cannot be written ({e.strerror or e}); nothing was written there",
+            ) from None
         raise
 
 
@@ -268,7 +285,56 @@ def load(path: str | os.PathLike) -> Results:
             )
     if not arrays or not axes:
         raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
+    check_written_by(d, meta)
     return Results(axes, arrays, meta, d)
+
+
+def check_written_by(d: Path, meta: Mapping[str, Any]) -> None:
+    """Warn (once per directory) when a result was written by another simlab version, naming
+    both, and when its config has fields this version does not know (a newer simlab's)."""
+    import warnings
+
+    from simlab.cli import version
+
+    here = version()
+    there = (meta.get("versions") or {}).get("simlab")
+    unknown = unknown_fields(meta.get("config") or {})
+    key = (str(d), there, here, tuple(unknown))
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    if unknown:
+        warnings.warn(
+            f"{d}: its config has fields this simlab ({here}) does not know: "
+            f"{', '.join(unknown)} (written by simlab {there or 'unknown'}); read as it is",
+            stacklevel=3,
+        )
+    elif there is not None and there != here:
+        warnings.warn(f"{d}: written by simlab {there}; this is simlab {here}", stacklevel=3)
+
+
+_WARNED: set = set()
+
+
+def unknown_fields(config: Mapping[str, Any]) -> list[str]:
+    """Dotted names of a stored config's fields that this version does not know."""
+    import dataclasses
+
+    from simlab.core.spec import BlockSpec, InputSpec
+    from simlab.engine import config as cfgmod
+
+    known = {
+        "block": {f.name for f in dataclasses.fields(BlockSpec)},
+        "inputs": {f.name for f in dataclasses.fields(InputSpec)},
+        "sweep": set(cfgmod.SWEEP_DEFAULTS),
+    }
+    tops = {*cfgmod.TABLES, cfgmod.PLUGINS_KEY, *cfgmod.DERIVED_KEYS}
+    out = [k for k in config if k not in tops]
+    for table, fields in known.items():
+        t = config.get(table)
+        if isinstance(t, Mapping):
+            out += [f"{table}.{k}" for k in t if k not in fields]
+    return out
 
 
 def _xarray():

@@ -236,12 +236,49 @@ def merge(store: ChunkStore, cfg: SweepConfig, layout: Layout, names) -> dict[st
     return metrics
 
 
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except OSError:  # ENAMETOOLONG and the like: not a place that exists
+        return False
+
+
+def check_path_lengths(path: Path, where: str) -> None:
+    """A ConfigError naming `where` when a component of the path, or the whole path, is longer
+    than the file system allows (NAME_MAX, PATH_MAX of the nearest existing folder)."""
+    base = Path(path).absolute()
+    existing = base
+    while not _exists(existing):
+        existing = existing.parent
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        path_max = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for part in base.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(
+                f"{where}: the name {part[:40]}... is {len(os.fsencode(part))} bytes long; "
+                f"this file system allows {name_max}"
+            )
+    if len(os.fsencode(str(base))) >= path_max:
+        raise ConfigError(
+            f"{where}: the path is {len(os.fsencode(str(base)))} bytes long; this file system "
+            f"allows {path_max - 1}"
+        )
+
+
 def check_writable(out: str | os.PathLike, where: str = "--out") -> Path:
     """The output directory as a Path, refused (ConfigError naming `where`) when it is empty,
     exists as a file, lies below a file, or cannot be created or written by this user."""
     if str(out).strip() == "":
         raise ConfigError(f"{where}: empty path; name an output directory")
     out = Path(out)
+    check_path_lengths(out, where)
+    if out.is_symlink() and not out.exists():
+        raise ConfigError(
+            f"{where}: {out} is a symbolic link to {os.readlink(out)}, which does not exist"
+        )
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{where}: {out} exists and is not a directory")
     parent = out

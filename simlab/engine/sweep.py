@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -67,7 +68,7 @@ from simlab.engine.store import (
     make_layout,
     merge,
 )
-from simlab.errors import ConfigError
+from simlab.errors import ConfigError, Interrupted, StorageError
 
 log = logging.getLogger(__name__)
 # Micro-batches per device in one compiled call (chunk) unless sweep.chunk_size says otherwise.
@@ -103,6 +104,20 @@ def choose_layout(cfg: SweepConfig, lab, names, n_devices: int) -> tuple[Layout,
         "rule": rule,
         "bytes_per_micro_batch": bpm,
     }
+
+
+def resolve_dtype(cfg: SweepConfig) -> SweepConfig:
+    """cfg with sweep.dtype set to the float dtype this process computes in (float64 under
+    JAX_ENABLE_X64 or jax.enable_x64): it is recorded and fingerprinted, so chunks of another
+    precision are never resumed or merged. A config that asks for the other one is refused."""
+    runtime = str(knob_dtype())
+    asked = cfg.sweep.dtype
+    if asked not in (None, runtime):
+        raise ConfigError(
+            f"sweep.dtype: {asked!r}, but this process computes in {runtime}; run it with "
+            f"JAX_ENABLE_X64={'1' if asked == 'float64' else '0'}"
+        )
+    return dataclasses.replace(cfg, sweep=dataclasses.replace(cfg.sweep, dtype=runtime))
 
 
 def resolve_micro_batch(cfg: SweepConfig, lab) -> SweepConfig:
@@ -241,7 +256,7 @@ def run_sweep(
     cfg = load_config(tables)
     devices = local_devices(devices)
     lab, names = build_lab(cfg, lab)
-    cfg = resolve_micro_batch(cfg, lab)
+    cfg = resolve_dtype(resolve_micro_batch(cfg, lab))
     resolved = provenance(cfg, lab, names)
     fp = fingerprint(resolved)
     out_dir = None if out is None else check_writable(out)
@@ -378,9 +393,27 @@ def compute(
     reused = len(store.chunks)
     hook = None if on_chunk is None else (lambda *a: on_chunk(ChunkInfo(*a)))
     total = cfg.n_points * st.seeds
-    with tqdm(total=total, unit="pt", disable=quiet, desc="sweep", dynamic_ncols=True) as bar:
-        bar.update(total - writer.missing)
-        writer.run(runner, bar, hook)
+    if reused and writer.missing and not quiet:
+        print(
+            f"resuming {out_dir}: {reused} chunk files reused ({total - writer.missing} of "
+            f"{total} points), computing the other {writer.missing}",
+            file=sys.stderr,
+        )
+    try:
+        with tqdm(total=total, unit="pt", disable=quiet, desc="sweep", dynamic_ncols=True) as bar:
+            bar.update(total - writer.missing)
+            writer.run(runner, bar, hook)
+    except (KeyboardInterrupt, StorageError) as e:
+        if coord is not None:
+            coord.leave()  # claims and, if no other writer is there, the lock file
+        where = "in memory, lost" if out_dir is None else f"saved in {out_dir}"
+        done = (
+            f"{len(store.chunks)} chunk files ({total - writer.missing} of {total} points) {where}"
+        )
+        if isinstance(e, StorageError):
+            raise StorageError(e.errno, f"{e.strerror}; {done}") from None
+        resume = "" if out_dir is None else "; run the same command to resume"
+        raise Interrupted(done + resume) from None
     if not finish:
         log.info("sweep: worker %d/%d computed %d chunks", worker[0], worker[1], writer.computed)
         return None
@@ -410,6 +443,7 @@ def compute(
         "chunks_rejected": store.rejected,
         "compile_time_s": runner.compile_s,
         "matmul_precision": st.matmul_precision,
+        "dtype": st.dtype,
         "compute_time_s": runner.compute_s,
         "points_per_second": writer.computed_points / runner.compute_s
         if writer.computed and runner.compute_s > 0

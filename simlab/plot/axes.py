@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from simlab.engine.results import atomic_write_bytes
+from simlab.errors import ConfigError
 
 FIGSIZE = (6.4, 4.8)
 DPI = 150
@@ -80,14 +81,30 @@ def overlay_theory(ax, theory, default_style: dict) -> None:
         ax.plot(tx, ty, label=label, scalex=False, scaley=False, **style)
 
 
+# file suffix -> matplotlib format: the suffix picks the format
+FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+
+
+def figure_format(path, where: str = "--out") -> str:
+    """The format the file name asks for (.png, .pdf or .svg); a ConfigError otherwise."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ConfigError(
+            f"{where}: {path} must end in {', '.join(FORMATS)} (the suffix picks the format)"
+        )
+    return FORMATS[suffix]
+
+
 def save_figure(fig, path) -> Path:
-    """Write `fig` as a PNG at 150 dpi to `path` atomically (temporary file in the same folder,
-    then os.replace); the figure is closed (released from pyplot if it came from there)."""
+    """Write `fig` to `path` atomically (temporary file in the same folder, then os.replace) in
+    the format its suffix names (PNG at 150 dpi, PDF or SVG); the figure is closed (released
+    from pyplot if it came from there)."""
     path = Path(path)
+    fmt = figure_format(path, "figure")
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, format="png", dpi=DPI)
+        fig.savefig(buf, format=fmt, dpi=DPI)
         atomic_write_bytes(path, buf.getvalue())
     finally:
         if getattr(fig.canvas, "manager", None) is not None:

@@ -105,7 +105,13 @@ def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | No
         if a in (x, y):
             idx.append(slice(None))
         elif a in select:
-            i = nearest(results, a, select[a])
+            lo, hi = float(coords.min()), float(coords.max())
+            v = select[a]
+            if v < lo - 1e-9 * abs(lo) or v > hi + 1e-9 * abs(hi):
+                raise ConfigError(
+                    f"select: {a}={_fmt(v)} is outside the axis's range [{_fmt(lo)}, {_fmt(hi)}]"
+                )
+            i = nearest(results, a, v)
             idx.append(i)
             fixed.append(f"{a}={_fmt(coords[i])}")
         elif coords.size == 1:
@@ -144,6 +150,45 @@ def _reduce(results, arr: np.ndarray, idx, x: str, y: str | None, layer, what: s
     return mean, std, l
 
 
+def _tiny_range_note(metric: str, z: np.ndarray, vmin, vmax) -> str:
+    """A line for the title when the colour range of z is tiny (< 1e-4) against the metric's
+    scale (the width of its registered bounds, else the largest |z|); "" otherwise."""
+    if vmin is not None or vmax is not None:
+        return ""
+    finite = z[np.isfinite(z)]
+    if finite.size < 2:
+        return ""
+    from simlab.core.metrics import METRICS
+
+    lo, hi = METRICS[metric].bounds if metric in METRICS else (-np.inf, np.inf)
+    scale = hi - lo if np.isfinite(hi - lo) else float(np.max(np.abs(finite)))
+    width = float(np.ptp(finite))
+    if scale > 0 and width < 1e-4 * scale:
+        return f"colour range only {width:.2g} wide ({_fmt(finite.min())}..{_fmt(finite.max())})"
+    return ""
+
+
+def _check_levels(cz: np.ndarray, contour: str, levels, warn) -> None:
+    """Warn when no contour level lies inside the contour metric's range (nothing is drawn)."""
+    if levels is None:
+        return
+    finite = cz[np.isfinite(cz)]
+    if not finite.size:
+        return
+    lo, hi = float(finite.min()), float(finite.max())
+    if not any(lo <= v <= hi for v in levels):
+        message = (
+            f"contour levels {', '.join(_fmt(v) for v in levels)} are outside the range of "
+            f"{contour} ({_fmt(lo)}..{_fmt(hi)}): no contour line is drawn"
+        )
+        if warn is None:
+            import warnings
+
+            warnings.warn(message, stacklevel=3)
+        else:
+            warn(message)
+
+
 def _default_title(results, z_label: str, n_seeds: int, fixed: list[str]) -> str:
     """The metric and seed count, then the sizes and the fixed axes."""
     head = f"{z_label}, mean of {n_seeds} seed{'s' if n_seeds != 1 else ''}"
@@ -164,6 +209,9 @@ def plot_results(
     theory=None,
     title=None,
     out=None,
+    vmin=None,
+    vmax=None,
+    warn=None,
 ):
     """Plot one metric of a finished sweep.
 
@@ -175,7 +223,11 @@ def plot_results(
     (default: the last).  `contour`: the name of a second metric drawn as contour lines at
     `contour_levels` (2-D only).  The default title names the metric, the sizes from
     meta['config'] (block kind, d_model, heads, batch x length), the fixed axes and the number of
-    seeds.  Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
+    seeds, and says so when a phase diagram's colour range is tiny against the metric's own
+    scale (its registered bounds; rounding noise would fill the colour bar): `vmin`/`vmax` fix
+    the colour range. A select value outside an axis's range is an error; contour levels
+    outside the contour metric's range are reported through `warn` (default warnings.warn).
+    Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
     """
     arr = _check_metric(results, metric)
     carr = _check_metric(results, contour, "contour metric") if contour is not None else None
@@ -210,6 +262,10 @@ def plot_results(
         if carr is not None:
             c_layer = layer if (layer is not None and carr.ndim == len(results.axes) + 2) else None
             cz, _, _ = _reduce(results, carr, idx, x, y, c_layer, f"contour metric {contour!r}")
+            _check_levels(cz, contour, contour_levels, warn)
+        note = _tiny_range_note(metric, mean, vmin, vmax)
+        if note:
+            title = f"{title}\n{note}"
         fig, ax = phase_diagram(
             xc,
             np.asarray(results.axes[y], dtype=float),
@@ -224,6 +280,8 @@ def plot_results(
             contour_label=contour,
             theory=theory,
             title=title,
+            vmin=vmin,
+            vmax=vmax,
         )
     if out is not None:
         save_figure(fig, out)

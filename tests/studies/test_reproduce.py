@@ -265,3 +265,17 @@ def test_variants_errors_name_the_field(tmp_path, old, new, message):
     with pytest.raises(ConfigError, match=message):
         reproduce.reproduce(["wv"], out=out, quick=True, directory=exp, quiet=True)
     assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_cli_counts_figures_in_english(tmp_path, monkeypatch, capsys):
+    """`simlab reproduce` with one figure says "1 figure", not "1 figures"."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "one.toml").write_text(
+        "[block]\nd_model = 8\nn_heads = 2\n[inputs]\nbatch = 2\nlength = 4\nvocab = 20\n"
+        '[[axes]]\nname = "drift_norm"\nvalues = [0.1, 1.0]\n[sweep]\nmetrics = ["out_cos"]\n'
+        '[[figures]]\nkind = "curves"\nx = "drift_norm"\nmetrics = ["out_cos"]\n'
+    )
+    monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(exp))
+    assert cli_main(["reproduce", "--quick", "--quiet", "--out", str(tmp_path / "out")]) == 0
+    assert "reproduce: 1 figure in " in capsys.readouterr().out

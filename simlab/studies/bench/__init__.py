@@ -291,6 +291,12 @@ def _command_line() -> str:
     return " ".join([head] + sys.argv[1:])
 
 
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def run_bench(
     only=None,
     quick: bool = False,
@@ -318,6 +324,13 @@ def run_bench(
             from simlab.errors import ConfigError
 
             raise ConfigError(f"bench {flag}: {value} must be >= 1")
+    if torch_device is not None and any(n in PEERS for n in names) and not _has_torch():
+        log(
+            "bench: PyTorch is not installed, so the P workloads run without their PyTorch "
+            "peer (engine timings only). For the comparison: pip install -e '.[bench]' "
+            "(CPU wheels: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+        )
+        torch_device = None
     t0 = time.perf_counter()
     before = os.getloadavg()
     cpu0 = _cpu_seconds()
