@@ -100,6 +100,7 @@ def out_paths(args, metrics: list[str], select: dict[str, float]) -> dict[str, P
         if len(metrics) == 1:
             return {metrics[0]: out}
         return {m: out.with_name(f"{out.stem}_{_safe(m)}{out.suffix}") for m in metrics}
+    check_writable(Path(args.dir), "--out (default: the results directory)")
     cuts = [f"{a}{v:g}" for a, v in select.items()]
     paths = {}
     for m in metrics:

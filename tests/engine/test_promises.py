@@ -83,19 +83,34 @@ def test_interrupt_keeps_the_chunks_and_leaves_no_lock(tmp_path):
     np.testing.assert_array_equal(res["out_cos"], simlab.run_sweep(tiny(), quiet=True)["out_cos"])
 
 
+SLOW_SWEEP = (
+    '[block]\nd_model = 8\nn_heads = 2\n[inputs]\nkind = "gaussian"\nbatch = 2\n'
+    'length = 4\n[[axes]]\nname = "drift_norm"\nspace = "lin"\nstart = 0.0\nstop = 1.0\n'
+    "num = 400\n[sweep]\nmicro_batch = 1\nchunk_size = 1\n"
+)
+
+
 @pytest.mark.slow
-def test_ctrl_c_on_the_command_line(tmp_path):
-    """SIGINT to `simlab sweep`: exit 130 with one line saying what was saved; the same
-    command then says what it reuses and finishes."""
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        '[block]\nd_model = 8\nn_heads = 2\n[inputs]\nkind = "gaussian"\nbatch = 2\n'
-        'length = 4\n[[axes]]\nname = "drift_norm"\nspace = "lin"\nstart = 0.0\nstop = 1.0\n'
-        "num = 400\n[sweep]\nmicro_batch = 1\nchunk_size = 1\n"
-    )
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "simlab", "sweep", str(cfg), "--out", str(out), "--quiet"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("command", ["sweep", "reproduce"])
+def test_ctrl_c_on_the_command_line(tmp_path, command):
+    """SIGINT to `simlab sweep` or `simlab reproduce`: exit 130 with one line saying what was
+    saved; the same command then says what it reuses and finishes."""
+    env = dict(os.environ)
+    if command == "sweep":
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(SLOW_SWEEP)
+        out = tmp_path / "run"
+        cmd = [sys.executable, "-m", "simlab", "sweep", str(cfg), "--out", str(out), "--quiet"]
+    else:
+        exp = tmp_path / "exp"
+        exp.mkdir()
+        figure = '[[figures]]\nkind = "curves"\nx = "drift_norm"\nmetrics = ["out_cos"]\n'
+        (exp / "slow.toml").write_text(SLOW_SWEEP + figure)
+        env["SIMLAB_EXPERIMENTS"] = str(exp)
+        out = tmp_path / "figs" / "data" / "slow"
+        cmd = [sys.executable, "-m", "simlab", "reproduce", "--out", str(tmp_path / "figs")]
+        cmd += ["--quiet"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
     while time.time() < deadline and len(list((out / "chunks").glob("*.npz"))) < 3:
         time.sleep(0.05)
@@ -106,8 +121,8 @@ def test_ctrl_c_on_the_command_line(tmp_path):
     (line,) = [ln for ln in err.splitlines() if ln.startswith("simlab: interrupted:")]
     assert f"saved in {out}; run the same command to resume" in line
     assert not (out / ".lock").exists() and not (out / "claims").exists()
-    r = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300)  # not --quiet
-    assert r.returncode == 0 and f"resuming {out}: " in r.stderr, r.stderr
+    r = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and f"resuming {out}: " in r.stderr, r.stderr  # (not --quiet)
     assert simlab.load(out)["out_cos"].shape == (400, 1)
 
 
@@ -299,3 +314,23 @@ def test_bench_without_torch_runs_what_it_can(monkeypatch, tmp_path):
     assert any("PyTorch is not installed" in s and "pip install" in s for s in said)
     (w,) = report["workloads"]
     assert w["torch"] is None and w["engine_cold"]["wall_s"] > 0
+
+
+def test_plot_into_a_full_disk_or_an_unwritable_results_directory(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    simlab.run_sweep(tiny(), out=out, quiet=True)
+    argv = ["plot", str(out), "--x", "drift_norm", "--metric", "out_cos"]
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fsync", no_space)
+        assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "out_cos_drift_norm.png: cannot be written" in err[0]
+    assert not list(out.glob("*.png")) and not list(out.glob(".*tmp"))
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == out else real(p, mode))
+    assert main(argv) == 2
+    assert "--out (default: the results directory): " in capsys.readouterr().err
