@@ -104,6 +104,7 @@ from simlab.theory.gg import (
 from simlab.theory.rem import (
     rem_critical_std,
     rem_entropy,
+    rem_entropy_finite,
     rem_frozen_entropy,
     rem_normalized_entropy,
 )
@@ -165,6 +166,7 @@ __all__ = [
     "projected_std",
     "rem_critical_std",
     "rem_entropy",
+    "rem_entropy_finite",
     "rem_frozen_entropy",
     "rem_normalized_entropy",
     "rem_pair_moments",
