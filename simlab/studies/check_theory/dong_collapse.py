@@ -323,7 +323,7 @@ def figure(res: ClaimResult, path: Path):
 
     d = res.data
     L = np.arange(d["depth"] + 1)
-    fig = Figure(figsize=(15.5, 4.4), layout="constrained")
+    fig = Figure(figsize=(15.5, 5.0), layout="constrained")
     ax1, ax2, ax3 = fig.subplots(1, 3)
     names = {"attn": "attention only", "skip": "with skip (X + SA)", "mlp": "with MLP (no skip)"}
     series = {}
@@ -379,8 +379,8 @@ def figure(res: ClaimResult, path: Path):
         g = np.array(cst["gamma"])
         adv = np.array(cst.get("adversarial_gamma", [np.nan]))
         ax3.set_title(
-            "one unnormalised layer (float64): res(SA X) vs its leading order M\n"
-            f"theorem's constant (gamma=1) / c: {1 / np.median(g):.2g}x (random X), "
+            "one unnormalised layer (float64):\nres(SA X) against its leading order M\n"
+            f"theorem's constant (gamma = 1) / c: {1 / np.median(g):.2g}x (random X),\n"
             f"{1 / np.max(adv):.2g}x (worst X found)",
             fontsize=9,
         )

@@ -130,31 +130,49 @@ def verdict(cfg, comparison: Comparison):
 
 
 def figure(res: ClaimResult, path: Path):
+    """Per block kind (columns) the global (top) and within-sequence (bottom) cosine per layer:
+    simulated (markers) and predicted (lines), one style per temperature; where two
+    temperatures give the same curve (near-uniform attention at both), the larger hollow
+    marker and the dashed line of the first stay visible under the second."""
     from matplotlib.figure import Figure
 
     from simlab import plot
 
     d = res.data
     big = list(d["runs"])[-1]
-    fig = Figure(figsize=(5.2 * len(d["kinds"]), 4.4), layout="constrained")
-    axes = fig.subplots(1, len(d["kinds"]))
+    n = len(d["kinds"])
+    fig = Figure(figsize=(5.2 * n, 7.4), layout="constrained")
+    axes = np.asarray(fig.subplots(2, n, squeeze=False))
     layers = np.arange(1, d["depth"] + 1)
-    for ax, k in zip(np.atleast_1d(axes), d["kinds"]):
+    styles = [("o", 8, "--"), ("^", 6, "-"), ("s", 4, ":"), ("D", 3, "-.")]
+    for col, k in enumerate(d["kinds"]):
         r = d["runs"][big][k]
-        for i, t in enumerate(d["temperature"]):
-            c = f"C{i}"
-            ax.plot(layers, r["sim_out_cos"][i], "o", color=c, ms=4, label=f"simulated, temp {t:g}")
-            ax.plot(
-                layers, r["pred_out_cos"][i], "-", color=c, lw=1.4, label=f"predicted, temp {t:g}"
-            )
-            ax.plot(layers, r["sim_out_cos_within"][i], "s", color=c, ms=3, mfc="none")
-            ax.plot(layers, r["pred_out_cos_within"][i], ":", color=c, lw=1.2)
-        ax.set(
-            xlabel="layer", ylabel="out_cos (o, -) and out_cos_within (s, :)", ylim=(-0.02, 1.02)
-        )
-        ax.set_title(f"claim 7: {k} stack, {big}", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        for row, metric in enumerate(("out_cos", "out_cos_within")):
+            ax = axes[row, col]
+            for i, t in enumerate(d["temperature"]):
+                c = f"C{i}"
+                marker, size, line = styles[i % len(styles)]
+                ax.plot(
+                    layers,
+                    r[f"sim_{metric}"][i],
+                    marker,
+                    color=c,
+                    ms=size,
+                    mfc="none" if i == 0 else c,
+                    label=f"simulated, temp {t:g}",
+                )
+                ax.plot(
+                    layers,
+                    r[f"pred_{metric}"][i],
+                    line,
+                    color=c,
+                    lw=1.3,
+                    label=f"predicted, temp {t:g}",
+                )
+            ax.set(xlabel="layer", ylabel=metric, ylim=(-0.02, 1.02))
+            ax.set_title(f"claim 7: {k} stack, {big}: {metric}", fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
     plot.save_figure(fig, path)
 
 
