@@ -359,7 +359,7 @@ def make_figures(runs: dict[str, Results], fig_dir) -> list[Path]:
                 _plot(axs[0, j], res, name, "attn_entropy", l, "attention entropy / log(n_keys)")
                 _plot(axs[1, j], res, name, "out_cos", l, "hidden-state anisotropy (global cos)")
                 _plot(axs[2, j], res, name, "out_cos_within", l, "anisotropy within sequence")
-            _plot(axs[3, j], res, name, "loss", 0, "loss on the tracked batch (nats)", ls="-")
+            _plot(axs[3, j], res, name, "loss", 0, "loss, tracked held-out batch (nats)", ls="-")
             axs[3, j].get_lines()[-1].set_label(f"{name} loss")
             c, color = res.meta["corpus"], COLORS[res.meta["corpus"]["law"]]
             axs[3, j].axhline(
@@ -377,8 +377,9 @@ def make_figures(runs: dict[str, Results], fig_dir) -> list[Path]:
             ax.set_ylim(0.0 if i == 0 else lo, 1.02 if i == 0 else hi)
     title = (
         f"Attention entropy, anisotropy of layer outputs, loss ({_tag(runs)}); solid: layer 0, "
-        "dashed: layer 1.\nThe loss curves are on the tracked held-out batch (the same sequences at every "
-        "checkpoint); docs/training.md's final losses are on 128 held-out sequences per seed."
+        "dashed: layer 1.\nThe loss curves are on the tracked held-out batch (the same "
+        "sequences at every checkpoint); docs/training.md's final losses are on 128 held-out "
+        "sequences per seed."
     )
     fig.suptitle(title, fontsize=10)
     paths.append(save_figure(fig, fig_dir / "train_entropy_anisotropy.png"))
