@@ -339,7 +339,8 @@ class ChunkRunner:
         tc = time.perf_counter()
         mb = self.cfg.sweep.micro_batch
         if self.state_seed != s:
-            key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.sweep.base_seed), s)
+            seed = self.cfg.sweep.first_seed + s
+            key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.sweep.base_seed), seed)
             self.state = jax.device_put(self.compiled_state(key), self.replicated)
             self.state_seed = s
         idx = self.layout.point_index(a)
