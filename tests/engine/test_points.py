@@ -190,3 +190,18 @@ def test_cli_exits_2_for_unequal_knob_lists(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "axes[0].knobs.temperature: 2 values; the axis has 3" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_a_point_set_grows(tmp_path):
+    """A point list extended with new points (the old ones included, in another order) grows:
+    only the new points are computed; equal to the fresh sweep."""
+    out = tmp_path / "run"
+    run_sweep(POINTS, lab=LAB, out=out, quiet=True)
+    more = {**POINTS, "points": {"q_scale": [0.5, 1, 2, 4, 8], "temperature": [1, 1, 4, 16, 1]}}
+    done = []
+    grown = run_sweep(more, lab=LAB, out=out, quiet=True, on_chunk=done.append)
+    assert sum(c.points for c in done) == 2 * 2 * 2  # 2 new points x 2 drifts x 2 seeds
+    want = run_sweep(more, lab=LAB, quiet=True)
+    for k in want.metrics:
+        np.testing.assert_array_equal(grown[k], want[k], err_msg=k)
