@@ -235,3 +235,21 @@ def test_refining_a_list_axis_or_an_unknown_metric_is_refused(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "refine.rule: 'some' is not one of 'mean', 'any'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_refined_phase_diagram_and_simlab_plot(tmp_path):
+    """`simlab plot` draws a refined sweep (its cells, boundary and band; a contour of another
+    metric); a layer of a stacked metric can be the refined one."""
+    out = tmp_path / "r"
+    cfg = {**TOY, "refine": {"metric": "cos", "level": 0.5, "levels": 1, "layer": 1}}
+    run_sweep(cfg, lab=LAB, out=out, quiet=True)
+    png = tmp_path / "p.png"
+    argv = ["plot", str(out), "--x", "lambda", "--y", "drift_norm", "--metric", "entropy"]
+    assert main([*argv, "--contour", "cos", "--levels", "0.5", "--out", str(png)]) == 0
+    assert png.stat().st_size > 10_000
+    res = simlab.load(out)
+    fig, ax = simlab.plot.refined_phase_diagram(res, x="drift_norm", y="lambda", metric="cos")
+    assert ax.get_xscale() == "log" and len(ax.collections) >= 2
+    with pytest.raises(ConfigError, match="drawn over its refined axes"):
+        simlab.plot.plot_results(res, x="drift_norm", y="temperature", metric="cos")
