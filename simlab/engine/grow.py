@@ -53,7 +53,14 @@ import numpy as np
 
 from simlab.engine import claims, refine, results
 from simlab.engine.compile import knob_dtype
-from simlab.engine.config import Axis, Law, SweepConfig, config_diff, load_config
+from simlab.engine.config import (
+    Axis,
+    Law,
+    SweepConfig,
+    config_diff,
+    fingerprint,
+    load_config,
+)
 from simlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -341,10 +348,10 @@ class Pool:
         self.out, self.lab, self.names = out, lab, tuple(names)
         self.quiet, self.on_chunk, self.devices, self.floor = quiet, on_chunk, devices, floor
         self.parts: list[Part] = []
-        self.stats = {"compile_time_s": 0.0, "compute_time_s": 0.0, "chunks": [0, 0], "ran": []}
+        self.stats = {"compile_time_s": 0.0, "compute_time_s": 0.0, "chunks": [0, 0]}
 
     def _sync(self, recorded: list[str]) -> None:
-        """Load the parts sweep.json names that this pool has not seen."""
+        """Add the parts that sweep.json names and this pool has not seen yet."""
         known = {p.name for p in self.parts}
         for name in recorded:
             if name in known:
@@ -399,8 +406,6 @@ class Pool:
             path = self.out / PARTS / name
             path.mkdir(parents=True, exist_ok=True)
             resolved = provenance(cfg, self.lab, self.names)
-            from simlab.engine.config import fingerprint
-
             claim_directory(path, resolved, fingerprint(resolved))
             state[PARTS].append(name)
             entry = state["history"][-1]
@@ -447,7 +452,6 @@ class Pool:
             self.stats["compute_time_s"] += m.get("compute_time_s") or 0.0
             self.stats["chunks"][0] += m.get("chunks_computed") or 0
             self.stats["chunks"][1] += m.get("chunks_reused") or 0
-            self.stats["ran"].append(part.name)
 
     def gather(self, target_knobs, values, seeds: range, names) -> dict[str, np.ndarray]:
         """Metric -> (P, Z, ...) at the points `values` x `seeds`, each pair from the first part
@@ -626,17 +630,19 @@ def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0
             }
         ]
     n_points = len(next(iter(axes.values()))) if refined is not None else cfg.n_points
-    history = []
+    history, current = [], True
     if out_dir is not None:
         coord = claims.Coordinator(out_dir)
         with coord.lock():
             sj = out_dir / "sweep.json"
             state = results.read_json(sj, "sweep.json of a sweep directory")
-            entry = state["history"][-1]
-            entry["points"] = n_points
-            entry["seeds"] = len(seeds)
-            entry["pairs_reused"] = max(0, n_points * len(seeds) - entry["pairs_computed"])
-            _write_json(sj, state)
+            current = state.get("fingerprint") == fp  # else another writer grew it meanwhile
+            if current:
+                entry = state["history"][-1]
+                entry["points"] = n_points
+                entry["seeds"] = len(seeds)
+                entry["pairs_reused"] = max(0, n_points * len(seeds) - entry["pairs_computed"])
+                _write_json(sj, state)
             history = state["history"]
     pieces = [
         {
@@ -674,7 +680,7 @@ def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0
     }
     if refined is not None:
         meta["refine"] = refined.describe(cfg.refine)
-    if out_dir is None:
+    if out_dir is None or not current:
         return results.Results(axes, metrics, meta)
     saved = results.save(out_dir, axes, metrics, meta)
     claims.Coordinator(out_dir).tidy()

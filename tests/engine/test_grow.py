@@ -215,6 +215,18 @@ def test_a_one_micro_batch_sweep_grown_is_within_float32_rounding(tmp_path):
         assert np.all(np.abs(grown[k] - want[k]) <= 4 * ulp), k
 
 
+@pytest.mark.slow
+def test_micro_batch_one_grows_bit_for_bit(tmp_path):
+    """micro_batch = 1 (each point alone, no vmap): the grown sweep is the fresh one bit for
+    bit."""
+    one = {"seeds": 2, "base_seed": 3, "micro_batch": 1}
+    out = tmp_path / "run"
+    run_sweep(toy(sweep=one), lab=LAB, out=out, quiet=True)
+    big = toy(num=5, sweep={**one, "seeds": 3})
+    grown = run_sweep(big, lab=LAB, out=out, quiet=True)
+    assert_same(grown, run_sweep(big, lab=LAB, quiet=True))
+
+
 def test_point_identity_and_containment():
     """Points are identified by every knob in the knob dtype; containment allows a relative
     1e-6 (another geomspace's rounding of the same coordinate) and nothing more."""

@@ -253,3 +253,20 @@ def test_refined_phase_diagram_and_simlab_plot(tmp_path):
     assert ax.get_xscale() == "log" and len(ax.collections) >= 2
     with pytest.raises(ConfigError, match="drawn over its refined axes"):
         simlab.plot.plot_results(res, x="drift_norm", y="temperature", metric="cos")
+
+
+@pytest.mark.slow
+def test_refining_a_finished_grid_reuses_it(tmp_path):
+    """A [refine] config run on a directory holding its coarse grid computes only the levels
+    above it (the coarse points are the lattice's, bit for bit); the result equals the fresh
+    refinement."""
+    out = tmp_path / "r"
+    grid = {k: v for k, v in TOY.items() if k != "refine"}
+    run_sweep(grid, lab=LAB, out=out, quiet=True)
+    done = []
+    got = run_sweep(TOY, lab=LAB, out=out, quiet=True, on_chunk=done.append)
+    n = len(got.meta["refine"]["index"])
+    assert sum(c.points for c in done) == 2 * (n - 25)
+    want = run_sweep(TOY, lab=LAB, quiet=True)
+    for k in want.metrics:
+        np.testing.assert_array_equal(got[k], want[k])

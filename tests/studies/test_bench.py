@@ -178,6 +178,7 @@ def test_cli_arguments():
 
 
 # ----------------------------------------------------------------------------- R1: refinement
+@pytest.mark.slow
 def test_refined_paper_map_against_the_dense_grid_at_tiny_sizes(tmp_path):
     """R1 at tiny sizes (the paper's protocol, d 16, 2 x 16 tokens, 5 x 5 + 2 levels against the
     dense 17 x 17 grid): the shared points bit-identical, the boundaries within one finest cell
