@@ -89,4 +89,11 @@ def cli_main(args) -> int:
         f"results in {Path(args.out)}: results.npz + meta.json ({len(res.metrics)} metrics, "
         f"shape {shape})"
     )
+    history = res.meta.get("history") or []
+    if len(history) > 1 and not isinstance(history[-1].get("change"), str):
+        h = history[-1]
+        print(
+            f"grown ({', '.join(h['change'])}): {h.get('pairs_computed')} (point, seed) pairs "
+            f"computed, {h.get('pairs_reused')} reused; `simlab info {args.out}` has the history"
+        )
     return 0

@@ -37,12 +37,10 @@ def knob_dtype() -> np.dtype:
 
 
 def grid_knobs(cfg: SweepConfig) -> dict[str, np.ndarray]:
-    """Swept knob -> values at every flat point index (C order over the axes), in jax's default
-    float dtype (float32; float64 under JAX_ENABLE_X64)."""
-    idx = np.unravel_index(np.arange(cfg.n_points), cfg.shape)
-    return {
-        k: np.asarray(a.values, knob_dtype())[i] for a, i in zip(cfg.axes, idx) for k in a.knobs
-    }
+    """Swept knob -> values at every flat point index (C order over the axes; each knob as its
+    axis sets it, SweepConfig.point_values), in jax's default float dtype (float32; float64
+    under JAX_ENABLE_X64)."""
+    return {k: v.astype(knob_dtype()) for k, v in cfg.point_values().items()}
 
 
 def micro_batch_fn(lab, names: tuple[str, ...]) -> Callable:

@@ -10,6 +10,60 @@ from simlab.engine import results
 from simlab.errors import ResultsError
 
 
+def _points(config: dict) -> int:
+    """Points of a config's grid: the product over its axes of their values, num or lists."""
+    n = 1
+    for a in config.get("axes", []):
+        knobs = a.get("knobs") if isinstance(a.get("knobs"), dict) else {}
+        lists = [len(v) for v in knobs.values() if isinstance(v, list)]
+        if lists and not a.get("values") and not a.get("num"):
+            n *= lists[0]
+        else:
+            n *= len(a.get("values") or []) or int(a.get("num") or 1)
+    return n
+
+
+def _units(out: Path, config: dict) -> tuple[int, int]:
+    """(work units in chunk files, work units of the sweep) of a sweep directory."""
+    sw = config.get("sweep", {})
+    mb = int(sw.get("micro_batch") or 1)
+    n_mb = -(-_points(config) // mb)
+    done = set()
+    for p in (out / "chunks").glob("seed*_mb*-*.npz"):
+        seed, rng = p.stem[4:].split("_mb")
+        a, b = map(int, rng.split("-"))
+        done |= {(int(seed), m) for m in range(a, b)}
+    return len(done), n_mb * int(sw.get("seeds") or 1)
+
+
+def history_lines(history: list) -> list[str]:
+    """A grown or refined sweep's history, one line per target it has held: when, what changed,
+    the target, the (point, seed) pairs computed (in which parts) and reused."""
+    if not history:
+        return []
+    lines = ["  history:"]
+    for h in history:
+        change = h.get("change")
+        what = change if isinstance(change, str) else "grown (" + ", ".join(change or []) + ")"
+        parts = ", ".join(h.get("parts") or []) or "none"
+        reused = f", {h['pairs_reused']} reused" if h.get("pairs_reused") is not None else ""
+        lines.append(
+            f"    {h.get('time')}  {what}: {h.get('target')}; {h.get('pairs_computed')} pairs "
+            f"computed (parts {parts}){reused}"
+        )
+    return lines
+
+
+def refined_line(r: dict) -> str:
+    """One line on a refinement: metric = level, levels, lattice, points added per level."""
+    lattice = " x ".join(map(str, r.get("lattice", [])))
+    per = " + ".join(map(str, r.get("points_per_level", [])))
+    return (
+        f"  refined: {r.get('metric')} = {r.get('level'):g} ({r.get('rule')} of the seeds), "
+        f"{r.get('levels')} levels, finest lattice {lattice}; points per level {per}"
+    )
+
+
 def describe(out: Path, with_config: bool = False) -> str:
     """The text `simlab info` prints."""
     out = Path(out)
@@ -31,25 +85,36 @@ def describe(out: Path, with_config: bool = False) -> str:
                 f"  chunks: {m.get('chunks_computed')} computed, {m.get('chunks_reused')} "
                 f"reused, rejected {m.get('chunks_rejected') or 'none'}"
             )
+        if isinstance(m.get("refine"), dict):
+            lines.append(refined_line(m["refine"]))
+        lines += history_lines(m.get("history") or [])
         config = m.get("config")
+    elif (out / "sweep.json").exists() and "parts" in (
+        sj := results.read_json(out / "sweep.json", "sweep.json of a sweep directory")
+    ):
+        config = sj.get("config", {})
+        lines = [f"unfinished grown or refined sweep ({out}), by part:"]
+        for name in sj["parts"]:
+            part = out / "parts" / name
+            psj = results.read_json(part / "sweep.json", "sweep.json of a part")
+            sw = psj.get("config", {}).get("sweep", {})
+            first, n = int(sw.get("first_seed") or 0), int(sw.get("seeds") or 1)
+            points = _points(psj.get("config", {}))
+            head = f"  {name}: {points} points x seeds {first}..{first + n - 1}"
+            if (part / "results.npz").exists():
+                lines.append(f"{head}, finished")
+            else:
+                done, total = _units(part, psj.get("config", {}))
+                lines.append(f"{head}, {done} of {total} work units")
+        lines.append(f"  `simlab merge {out}` computes the rest")
+        lines += history_lines(sj.get("history") or [])
     elif (out / "sweep.json").exists():
         sj = results.read_json(out / "sweep.json", "sweep.json of a sweep directory")
         config = sj.get("config", {})
-        sw = config.get("sweep", {})
-        n_points = 1
-        for a in config.get("axes", []):
-            n_points *= len(a.get("values") or []) or int(a.get("num") or 1)
-        mb = int(sw.get("micro_batch") or 1)
-        n_mb = -(-n_points // mb)
-        done = set()
-        for p in (out / "chunks").glob("seed*_mb*-*.npz"):
-            seed, rng = p.stem[4:].split("_mb")
-            a, b = map(int, rng.split("-"))
-            done |= {(int(seed), m) for m in range(a, b)}
-        total = n_mb * int(sw.get("seeds") or 1)
+        done, total = _units(out, config)
         lines = [
-            f"unfinished sweep ({out}): {len(done)} of {total} work units (micro-batches x "
-            f"seeds) in chunk files, {total - len(done)} missing; "
+            f"unfinished sweep ({out}): {done} of {total} work units (micro-batches x "
+            f"seeds) in chunk files, {total - done} missing; "
             f"`simlab merge {out}` computes the rest"
         ]
     else:

@@ -130,10 +130,12 @@ class Results:
     # ------------------------------------------------------------------ xarray
     def to_xarray(self):
         """An xarray.Dataset: one variable per metric, a coordinate per axis plus "seed" (and
-        "layer"), the meta (config, versions, ...) as JSON in attrs["simlab_meta"]. Needs the
-        optional `xarray` extra (pip install 'simlab[xarray]')."""
+        "layer"), the knob coordinates of point sets and refined sweeps (`point_coordinates`),
+        the meta (config, versions, ...) as JSON in attrs["simlab_meta"]. Needs the optional
+        `xarray` extra (pip install 'simlab[xarray]')."""
         xr = _xarray()
         coords: dict[str, Any] = {k: np.asarray(v) for k, v in self.axes.items()}
+        coords.update(point_coordinates(self.meta, self.axes))
         data = {}
         for k, x in self.metrics.items():
             dims = self.dims(k)
@@ -156,6 +158,28 @@ class Results:
         if unknown:
             raise KeyError(f"sel: {unknown} are not axes; axes: {', '.join(self.axes)}")
         return self.to_xarray().sel(both, method="nearest")
+
+
+def point_coordinates(meta: dict[str, Any], axes) -> dict[str, tuple[str, np.ndarray]]:
+    """Coordinates beside the dimensions: along an axis that sets knobs by their own laws or
+    lists (a point set), each knob's value (meta["axes"][i]["knob_values"]); along a refined
+    sweep's "point" dimension, each refined axis's coordinate and the level that added the
+    point ("refine_level")."""
+    out: dict[str, tuple[str, np.ndarray]] = {}
+    refined = meta.get("refine") if isinstance(meta.get("refine"), dict) else {}
+    for a, v in (refined.get("coords") or {}).items():
+        if a not in axes and "point" in axes:
+            out[a] = ("point", np.asarray(v, np.float64))
+    if refined and "point" in axes:
+        out["refine_level"] = ("point", np.asarray(refined.get("point_level", []), np.int64))
+    for a in meta.get("axes") or []:
+        name = a.get("name") if isinstance(a, dict) else None
+        if name not in axes:
+            continue
+        for k, v in (a.get("knob_values") or {}).items():
+            if k not in axes and k not in out and len(v) == len(axes[name]):
+                out[k] = (name, np.asarray(v, np.float64))
+    return out
 
 
 def versions(*extra: str) -> dict[str, str]:

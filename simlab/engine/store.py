@@ -61,11 +61,13 @@ class Layout:
 
 
 def make_layout(
-    n_points: int, micro_batch: int, n_devices: int, chunk_mb_per_device: int
+    n_points: int, micro_batch: int, n_devices: int, chunk_mb_per_device: int, floor: int = 1
 ) -> Layout:
-    """Layout with chunk_mb = n_devices * chunk_mb_per_device, capped at one seed's grid."""
+    """Layout with chunk_mb = n_devices * chunk_mb_per_device, capped at one seed's grid but not
+    below `floor` micro-batches per device (a part of a grown or refined sweep: its chunks keep
+    the per-device count class, 1 or >= 2, of the whole sweep's; simlab.engine.grow)."""
     n_mb = -(-n_points // micro_batch)
-    cap = -(-n_mb // n_devices)
+    cap = max(-(-n_mb // n_devices), floor)
     return Layout(n_points, micro_batch, n_devices * max(1, min(chunk_mb_per_device, cap)))
 
 

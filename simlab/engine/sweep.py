@@ -85,9 +85,13 @@ class ChunkInfo:
     points: int
 
 
-def choose_layout(cfg: SweepConfig, lab, names, n_devices: int) -> tuple[Layout, dict[str, Any]]:
+def choose_layout(
+    cfg: SweepConfig, lab, names, n_devices: int, floor: int = 1, n_points: int | None = None
+) -> tuple[Layout, dict[str, Any]]:
     """The chunk layout (from sweep.chunk_size, else the memory budget) and its meta.json entry.
-    cfg.sweep.micro_batch must be resolved (resolve_micro_batch)."""
+    cfg.sweep.micro_batch must be resolved (resolve_micro_batch). floor: micro-batches per
+    device a chunk holds at least (store.make_layout); n_points: of another grid of the same
+    knobs (default cfg's)."""
     st = cfg.sweep
     if st.chunk_size is not None:
         per_dev, bpm, rule = -(-st.chunk_size // (st.micro_batch * n_devices)), None, "chunk_size"
@@ -96,7 +100,8 @@ def choose_layout(cfg: SweepConfig, lab, names, n_devices: int) -> tuple[Layout,
         bpm = bytes_per_micro_batch(lab, names, cfg.knobs, swept, st.micro_batch)
         per_dev = CHUNK_MICRO_BATCHES if bpm <= st.memory_budget_mb * 2**20 else 1
         rule = "memory_budget"
-    layout = make_layout(cfg.n_points, st.micro_batch, n_devices, per_dev)
+    n = cfg.n_points if n_points is None else n_points
+    layout = make_layout(n, st.micro_batch, n_devices, per_dev, floor)
     return layout, {
         "micro_batch": st.micro_batch,
         "chunk_points": layout.chunk_mb * st.micro_batch,
@@ -253,8 +258,36 @@ def run_sweep(
             tables[name] = [_table(a) for a in t] if name == "axes" else _table(t)
     if chunk_size is not None:
         tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
-    cfg = load_config(tables)
-    devices = local_devices(devices)
+    return run_config(
+        load_config(tables),
+        out=out,
+        quiet=quiet,
+        lab=lab,
+        on_chunk=on_chunk,
+        worker=worker,
+        devices=devices,
+        t0=t0,
+    )
+
+
+def run_config(
+    cfg: SweepConfig,
+    *,
+    out: str | os.PathLike | None = None,
+    quiet: bool = False,
+    lab=None,
+    on_chunk: Callable[[ChunkInfo], None] | None = None,
+    worker: tuple[int, int] | None = None,
+    devices: int | None = None,
+    t0: float | None = None,
+    floor: int = 1,
+) -> results.Results | None:
+    """`run_sweep` of a validated config (the same arguments). A config with [refine], or one
+    that grows the sweep in `out` (simlab.engine.grow.is_composite), runs as parts
+    (simlab.engine.grow); floor: micro-batches per device every chunk holds at least (a part's,
+    store.make_layout)."""
+    t0 = time.perf_counter() if t0 is None else t0
+    device_list = local_devices(devices)  # validated here, before anything else
     lab, names = build_lab(cfg, lab)
     cfg = resolve_dtype(resolve_micro_batch(cfg, lab))
     resolved = provenance(cfg, lab, names)
@@ -262,7 +295,13 @@ def run_sweep(
     out_dir = None if out is None else check_writable(out)
     if worker is not None:
         worker = check_worker(worker, out_dir)
-    elif out_dir is not None and jax.process_count() > 1:
+    from simlab.engine import grow
+
+    if grow.is_composite(cfg, out_dir, resolved, fp):
+        return grow.run_composite(
+            cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, worker, devices, t0
+        )
+    if worker is None and out_dir is not None and jax.process_count() > 1:
         worker = (jax.process_index(), jax.process_count())
         quiet = quiet or worker[0] != 0
     if out_dir is not None and check_out_dir(out_dir, resolved, fp):
@@ -276,7 +315,9 @@ def run_sweep(
         return results.load(out_dir)
     preflight(cfg, lab, names)
     distributed = worker is not None and jax.process_count() > 1 and worker[1] > 1
-    res = compute(cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, devices)
+    res = compute(
+        cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, device_list, floor
+    )
     if distributed:  # process 0 merged (it waits for every unit); the others wait for it
         return res if res is not None else wait_for_results(out_dir)
     return res
@@ -352,7 +393,8 @@ class ChunkRunner:
         tc = time.perf_counter()
         mb, n_points = self.cfg.sweep.micro_batch, self.layout.n_points
         if self.state_seed != s:
-            key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.sweep.base_seed), s)
+            seed = self.cfg.sweep.first_seed + s
+            key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.sweep.base_seed), seed)
             state = self.compiled_state(key)
             self.states = {d: jax.device_put(state, d) for d in self.devices}
             self.state_seed = s
@@ -377,12 +419,12 @@ class ChunkRunner:
 
 
 def compute(
-    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, devices
+    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, t0, worker, devices, floor=1
 ) -> results.Results | None:
     """Compute the missing chunks (this writer's share) on `devices`, then, unless a worker,
     wait for the rest, merge and save (after all validation has passed)."""
     st = cfg.sweep
-    layout, layout_meta = choose_layout(cfg, lab, names, len(devices))
+    layout, layout_meta = choose_layout(cfg, lab, names, len(devices), floor)
     coord = open_directory(out_dir, resolved, fp)
     store = ChunkStore(
         None if out_dir is None else out_dir / "chunks", fp, names, st.micro_batch, log.warning

@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from simlab.engine import refine
 from simlab.engine.select import axis_is_log, nearest
 from simlab.errors import ConfigError
 from simlab.plot.axes import save_figure
 from simlab.plot.lines import curves
 from simlab.plot.phase import phase_diagram
+from simlab.plot.refined import plot_refined
 
 
 def _axis_label(results, name: str) -> str:
@@ -228,7 +230,24 @@ def plot_results(
     the colour range. A select value outside an axis's range is an error; contour levels
     outside the contour metric's range are reported through `warn` (default warnings.warn).
     Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
+    A refined sweep is drawn by simlab.plot.refined.plot_refined (its cells at their own size,
+    its boundary and band; no `select`).
     """
+    if refine.is_refined(results):
+        if select:
+            raise ConfigError("select: a refined sweep has no other axes to fix")
+        return plot_refined(
+            results,
+            x=x,
+            y=y,
+            metric=metric,
+            layer=layer,
+            contour=contour,
+            contour_levels=contour_levels,
+            theory=theory,
+            title=title,
+            out=out,
+        )
     arr = _check_metric(results, metric)
     carr = _check_metric(results, contour, "contour metric") if contour is not None else None
     if contour is not None and y is None:

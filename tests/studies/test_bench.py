@@ -175,3 +175,29 @@ def test_cli_arguments():
 
     args = build_parser(["bench"]).parse_args(["bench", "--quick", "--only", "W1,W4", "--no-json"])
     assert args.quick and args.only == "W1,W4" and args.no_json and callable(args.cli_main)
+
+
+# ----------------------------------------------------------------------------- R1: refinement
+@pytest.mark.slow
+def test_refined_paper_map_against_the_dense_grid_at_tiny_sizes(tmp_path):
+    """R1 at tiny sizes (the paper's protocol, d 16, 2 x 16 tokens, 5 x 5 + 2 levels against the
+    dense 17 x 17 grid): the shared points bit-identical, the boundaries within one finest cell
+    (they coincide), fewer points; the closed-form prediction counts the same levels."""
+    from simlab.studies.bench import refine as r1
+
+    cfg = r1.paper_map(levels=2, quick=True)
+    cfg["block"] = {**cfg["block"], "d_model": 16, "n_heads": 2, "mlp": False}
+    cfg["inputs"] = {**cfg["inputs"], "batch": 2, "length": 16, "vocab": 100}
+    cfg["axes"] = [{**a, "num": 5} for a in cfg["axes"]]
+    cfg["sweep"] = {**cfg["sweep"], "metrics": ["attn_entropy"]}
+    res = r1.refine_vs_dense(cfg, out=tmp_path)
+    assert res["lattice"] == [17, 17] and res["dense_points"] == 289
+    assert res["equal_at_shared_points"]
+    assert res["deviation_cells"] <= 1.0 and res["met"]["deviation_cells"]
+    assert res["boundary_segments"][0] > 5
+    assert res["refined_points"] == sum(res["points_per_level"]) < 289 / 2
+    assert "finest cells" in r1.format_report(res)
+    pred = r1.predicted_points(cfg)
+    assert len(pred) == 3 and pred[0] == 25
+    full = r1.predicted_points(r1.paper_map(levels=2, quick=False))
+    assert sum(full) <= 625  # experiments/paper_refined.toml: within experiment 1's budget

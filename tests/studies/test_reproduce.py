@@ -108,9 +108,11 @@ def test_experiment_config_quick_and_errors(tmp_path):
 
 
 def declared_figures(path) -> int:
-    """One figure per metric for heatmaps, variants and per_metric curves, else one."""
+    """One figure per metric for heatmaps, refined maps, variants and per_metric curves, else
+    one."""
+    per_metric = ("heatmap", "variants", "refined")
     return sum(
-        len(f["metrics"]) if f["kind"] in ("heatmap", "variants") or f.get("per_metric") else 1
+        len(f["metrics"]) if f["kind"] in per_metric or f.get("per_metric") else 1
         for f in read_toml(path)["figures"]
     )
 
@@ -152,8 +154,36 @@ def check_depth_pre_ln(tmp_path):
     assert simlab.load(tmp_path / "data" / "depth_pre_ln")["out_cos"].shape == (3, 1, 12)
 
 
+def check_paper_refined(tmp_path):
+    # a point set refined from the coarse grid, its boundary against the freezing line drawn
+    res = simlab.load(tmp_path / "data" / "paper_refined")
+    r = res.meta["refine"]
+    assert list(res.axes) == ["point"] and r["axes"] == ["drift_norm", "lambda"]
+    assert r["lattice"] == [9, 9] and r["points_per_level"][0] == 9  # num 3, 2 levels
+    assert (tmp_path / "paper_refined_boundary.png").exists()
+
+
+def test_paper_refined_is_the_paper_protocol_with_its_own_seed():
+    """experiments/paper_refined.toml: experiment 1's block, inputs and axis ranges, a coarse
+    13 x 13 grid refined at attn_entropy = 0.5, and a base_seed no other experiment uses."""
+    paper = reproduce.experiment_config("paper", quick=False)
+    refined = reproduce.experiment_config("paper_refined", quick=False)
+    assert refined["block"] == paper["block"] and refined["inputs"] == paper["inputs"]
+    for a, b in zip(refined["axes"], paper["axes"]):
+        assert (a["start"], a["stop"], a["num"]) == (b["start"], b["stop"], 13)
+    assert refined["refine"]["metric"] == "attn_entropy" and refined["refine"]["level"] == 0.5
+    seeds = {
+        n: reproduce.experiment_config(n, quick=False).get("sweep", {}).get("base_seed", 0)
+        for n in reproduce.experiment_files()
+        if reproduce.experiment_variants(n, quick=False) is None
+    }
+    mine = seeds.pop("paper_refined")
+    assert mine not in seeds.values()
+
+
 SPECIFIC = {
     "paper": check_paper,
+    "paper_refined": check_paper_refined,
     "mechanism_kshift": check_mechanism_kshift,
     "width": check_width,
     "depth_pre_ln": check_depth_pre_ln,

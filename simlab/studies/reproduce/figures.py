@@ -17,6 +17,15 @@ FIGURE_TYPES (docs/extending.md has a worked example):
            line style from `style` (default: the first and second dimensions); `theory` =
            {metric: name of overlays.VARIANT_THEORY} overlays a closed form per line; file
            "<config>_<metric>.png".
+  refined  one refined phase diagram per metric of `metrics` over the refined axes `x` and `y`
+           of a sweep with [refine] (simlab.plot.refined: cells at their own size, the
+           refinement's boundary and its band over seeds), optional `contour` and
+           `contour_levels`, `theory` overlays (overlays.THEORY on the finest lattice); file
+           "<config>_<metric>.png".
+  boundary a refined sweep's boundary as a curve: for each finest coordinate of `x`, the `y`
+           where the refinement's metric crosses its level (seed mean, with the band's
+           crossings as a shaded range), `theory` overlays, and in the title the largest
+           |y / y_theory - 1| of the first overlay; file `file`.
 Titles may use {<axis>} (the selected coordinate) and {spread} (`spread_along`: the largest
 change of `metric` along that axis, over all seeds).
 
@@ -35,6 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simlab import plot
+from simlab.engine import refine
 from simlab.engine.results import Results
 from simlab.engine.select import nearest
 from simlab.errors import ConfigError
@@ -307,10 +317,97 @@ def _common_meta(metas: list[dict]) -> dict:
     return {"config": cfg}
 
 
+def _overlays(res: Results, fig: dict, name: str) -> list:
+    """The heatmap overlays a figure names (overlays.THEORY), evaluated on the finest lattice of
+    a refined sweep."""
+    for t in fig.get("theory", []):
+        if t not in THEORY:
+            raise ConfigError(
+                f"{name}.toml: figures.theory: {t!r} is not one of {', '.join(map(repr, THEORY))}"
+            )
+    view = refine.lattice_view(res)
+    return [THEORY[t](view) for t in fig.get("theory", [])]
+
+
+def refined(r: Run, name: str, fig: dict) -> list[Path]:
+    """One refined phase diagram per metric (the module docstring)."""
+    res, files = r.sweep(name), []
+    overlays = _overlays(res, fig, name)
+    for m in fig["metrics"]:
+        c = fig.get("contour") if fig.get("contour") != m else None
+        path = r.out / f"{name}_{m}.png"
+        plot.plot_refined(
+            res,
+            x=fig["x"],
+            y=fig["y"],
+            metric=m,
+            contour=c,
+            contour_levels=fig.get("contour_levels") if c else None,
+            theory=overlays or None,
+            title=r.title(res, f"{m}: {fig.get('title', '')}".rstrip(": ")),
+            out=path,
+        )
+        files.append(path)
+    return files
+
+
+def boundary_curve(res: Results, x: str) -> dict[str, np.ndarray]:
+    """The refinement's boundary along axis x of a refined sweep: x's finest coordinates, the
+    other axis's coordinate where the seed mean crosses the level, and the band (lo, hi) where
+    mean -+ t sem do (NaN where there is no crossing)."""
+    b = refine.refined_boundary(res)
+    if x not in b.axes or len(b.axes) != 2:
+        raise ConfigError(f"figures.x: {x!r} is not one of the refined axes {list(b.axes)}")
+    along = b.axes.index(x)
+    c = refine.crossings(b, along)
+
+    def y(u):
+        return None if u is None else b.to_axis(u, 1 - along)
+
+    lo, hi = y(c["lo"]), y(c["hi"])
+    band = None if lo is None else (np.fmin(lo, hi), np.fmax(lo, hi))
+    return {"x": b.to_axis(c["u"], along), "y": y(c["mean"]), "band": band, "boundary": b}
+
+
+def boundary(r: Run, name: str, fig: dict) -> list[Path]:
+    """The boundary of a refined sweep against theory (the module docstring)."""
+    res = r.sweep(name)
+    x = fig["x"]
+    curve = boundary_curve(res, x)
+    b = curve["boundary"]
+    y_name = [a for a in b.axes if a != x][0]
+    overlays = _overlays(res, fig, name)
+    what = fig.get("title", f"{b.metric} = {b.level:g}")
+    if overlays:
+        tx, ty, tlabel = overlays[0]
+        order = np.argsort(tx)
+        pred = np.exp(np.interp(np.log(curve["x"]), np.log(tx[order]), np.log(ty[order])))
+        ok = np.isfinite(curve["y"]) & np.isfinite(pred)
+        if ok.any():
+            err = float(np.max(np.abs(curve["y"][ok] / pred[ok] - 1)))
+            what += f"; max |{y_name}/theory - 1| = {err:.3f}"
+    label = f"{y_name} at {b.metric} = {b.level:g} (seed mean"
+    label += f", {b.confidence:.0%} band)" if curve["band"] is not None else ")"
+    space = dict(zip(b.axes, refine.structure(res)[0]["space"]))
+    f, ax = plot.curves(
+        curve["x"],
+        {label: (curve["y"], curve["band"])},
+        x_label=fig.get("x_label", x),
+        y_label=fig.get("y_label", y_name),
+        x_log=space[x] == "log",
+        y_log=space[y_name] == "log",
+        title=r.title(res, what),
+        theory=overlays or None,
+    )
+    return [plot.save_figure(f, r.out / fig.get("file", f"{name}_boundary.png"))]
+
+
 FIGURE_TYPES: dict[str, Callable[[Run, str, dict], list[Path]]] = {
     "heatmap": heatmap,
     "curves": curves,
     "variants": variants,
+    "refined": refined,
+    "boundary": boundary,
 }
 
 

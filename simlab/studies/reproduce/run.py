@@ -50,7 +50,9 @@ class Run:
         data = self.out / "data" / name / (variant.name if variant else "")
         cfg = experiment_config(name, self.quick, self.directory, self.extra, self.sets, variant)
         res = run_sweep(cfg, out=data, quiet=self.quiet)
-        shutil.rmtree(data / "chunks", ignore_errors=True)  # results.npz holds everything
+        # results.npz holds everything (a grown or refined sweep: each part's)
+        for chunks in [data / "chunks", *(data / "parts").glob("*/chunks")]:
+            shutil.rmtree(chunks, ignore_errors=True)
         return res
 
     def variants(self, name: str) -> list[Variant] | None:

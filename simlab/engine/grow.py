@@ -1,0 +1,687 @@
+"""Sweeps made of parts: a sweep that grows, and an adaptively refined one (docs/design.md,
+"Growing and refining"; docs/config.md, "Growing a sweep").
+
+A point is identified by every knob's value in the knob dtype (`point_keys`); a (point, seed)
+pair's numbers depend on nothing else (the block, inputs, metrics, micro-batch and base seed
+being the same), so a pair computed once is reused wherever it is needed.
+
+Parts. A part is an ordinary sweep of a point set (one axis "point" of per-knob value lists) x
+a seed range (sweep.first_seed, sweep.seeds), with its own directory OUT/parts/<k>/ (sweep.json,
+chunks/, results.npz, meta.json: resumed, split over workers and merged like any sweep), its
+units fixed by its config alone. A composite directory holds:
+  OUT/sweep.json   {"fingerprint", "config": the sweep it holds now (the target), "parts": [the
+                   part names, in creation order], "history": [one entry per target: time,
+                   fingerprint, what changed, the parts it added, the pairs computed and reused]}
+  OUT/parts/<k>/   the parts
+  OUT/results.npz, meta.json   the target, assembled from the parts (`gather`)
+
+Growing. Running a config on a directory that holds another sweep grows it when every field but
+the axes, the fixed knobs, the seeds and [refine] is the same, the new seed range contains the
+old one and every point of the old target's domain (its grid, or its finest lattice) lies in the
+new one's (each knob within a relative 1e-6); anything else is refused, naming the fields that
+differ. An ordinary directory becomes part 0 on its first growth (its files move to
+OUT/parts/0/). The new target's pairs that no part holds are grouped by their missing seed range
+into new parts (points in the target's order), planned once under the directory's lock and
+recorded in sweep.json, so every writer computes the same units.
+
+Refining. A [refine] target runs level by level (simlab.engine.refine): the pairs of each level's
+points are planned and computed like a grid's, then the level's values decide the next level's
+points. Every level needs the whole previous one: a --worker computes its share of a level,
+then the rest of it with the other writers (claims), and goes on; under jax.distributed each
+process does the same.
+
+Arithmetic. Parts use the target's micro-batch; their chunks hold at least as many micro-batches
+per device as the target's layout would, up to 2 (`chunk_floor`), so a part's numbers are those
+the whole sweep run at once would give (a pair's numbers do not depend on the other points of
+its micro-batch or on a chunk's length once a chunk holds >= 2 micro-batches per device).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from simlab.engine import claims, refine, results
+from simlab.engine.compile import knob_dtype
+from simlab.engine.config import (
+    Axis,
+    Law,
+    SweepConfig,
+    config_diff,
+    fingerprint,
+    load_config,
+)
+from simlab.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# What may change when a sweep grows (the rest of the config must be the same).
+GROWS = ("axes", "knobs", "refine", "sweep.seeds", "sweep.first_seed")
+# Relative distance within which an old coordinate counts as contained in the new domain.
+CONTAIN_RTOL = 1e-6
+PARTS = "parts"
+
+
+# ---------------------------------------------------------------------------- points
+def point_keys(values: dict[str, np.ndarray], fixed: dict[str, float], n: int) -> list[bytes]:
+    """The identity of each of n points: every knob's value (swept `values`, else `fixed`), in
+    name order, in the knob dtype, as bytes."""
+    dt = knob_dtype()
+    names = sorted(set(values) | set(fixed))
+    cols = [
+        np.asarray(values[k], np.float64).astype(dt) if k in values else np.full(n, fixed[k], dt)
+        for k in names
+    ]
+    arr = np.ascontiguousarray(np.stack(cols, axis=1).reshape(n, len(names)))
+    return arr.view(np.dtype((np.void, arr.itemsize * len(names)))).ravel().tolist()
+
+
+def domain(cfg: SweepConfig) -> dict[str, np.ndarray]:
+    """Every knob (swept and fixed) at every point a config may compute: its grid, or the finest
+    lattice of its [refine]."""
+    if cfg.refine is None:
+        vals, n = cfg.point_values(), cfg.n_points
+    else:
+        lat = refine.Lattice.from_config(cfg)
+        shape = lat.shape
+        idx = np.stack(np.unravel_index(np.arange(int(np.prod(shape))), shape), axis=1)
+        vals, n = lat.knob_values(idx), len(idx)
+    out = {k: np.full(n, v, np.float64) for k, v in cfg.knobs.items()}
+    out.update(vals)
+    return out
+
+
+def seed_range(cfg: SweepConfig) -> range:
+    return range(cfg.sweep.first_seed, cfg.sweep.first_seed + cfg.sweep.seeds)
+
+
+def _rows(cols: list[np.ndarray]) -> list[bytes]:
+    """Each row of the columns (float64) as bytes: exact identity of a point."""
+    arr = np.ascontiguousarray(np.stack(cols, axis=1))
+    return arr.view(np.dtype((np.void, arr.itemsize * len(cols)))).ravel().tolist()
+
+
+def first_outside(old: dict[str, np.ndarray], new: dict[str, np.ndarray]) -> int | None:
+    """Index of the first point of `old` with no point of `new` equal to it within a relative
+    CONTAIN_RTOL on every knob; None when `new` contains them all. Each old value is snapped
+    to the nearest value the knob takes in `new` (NaN when none is that close), then the
+    snapped point looked up exactly."""
+    if set(old) != set(new):
+        return 0
+    names = sorted(old)
+    snapped = []
+    for k in names:
+        u, v = np.unique(new[k]), np.asarray(old[k], np.float64)
+        hi = np.clip(np.searchsorted(u, v), 0, len(u) - 1)
+        lo = np.clip(hi - 1, 0, len(u) - 1)
+        best = np.where(np.abs(u[hi] - v) <= np.abs(u[lo] - v), u[hi], u[lo])
+        close = np.abs(best - v) <= CONTAIN_RTOL * np.maximum(np.abs(best), np.abs(v))
+        snapped.append(np.where(close, best, np.nan))
+    have = set(_rows([np.asarray(new[k], np.float64) for k in names]))
+    for i, key in enumerate(_rows(snapped)):
+        if key not in have:
+            return i
+    return None
+
+
+def growth_refusal(out: Path, old: dict[str, Any], new: dict[str, Any], cfg: SweepConfig):
+    """None when the target `new` (resolved config) grows the sweep `old` holds; else the
+    ConfigError refusing it, naming the fields that differ (and why)."""
+    diff = config_diff(old, new)
+    head = f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'})"
+    tail = "use another --out directory or delete it"
+    fixed = [d for d in diff if not d.startswith(GROWS)]
+    if fixed:
+        return ConfigError(f"{head}; {tail}")
+    try:
+        old_cfg = load_config(old)
+    except ConfigError as e:
+        return ConfigError(f"{head}; its config cannot be read ({e}); {tail}")
+    a, b = seed_range(old_cfg), seed_range(cfg)
+    if a.start < b.start or a.stop > b.stop:
+        return ConfigError(
+            f"{head}; it holds seeds {a.start}..{a.stop - 1}, which this config does not: a sweep "
+            f"grows, it never drops what it holds; {tail}"
+        )
+    old_dom, new_dom = domain(old_cfg), domain(cfg)
+    i = first_outside(old_dom, new_dom)
+    if i is not None:
+        where = ", ".join(f"{k}={old_dom[k][i]:.6g}" for k in _culprits(old_dom, new_dom, i))
+        return ConfigError(
+            f"{head}; the point {where} that it holds is not in this config: a grown sweep keeps "
+            f"every point it has (wider or finer axes, more values, more seeds); {tail}"
+        )
+    return None
+
+
+def _culprits(old: dict[str, np.ndarray], new: dict[str, np.ndarray], i: int) -> list[str]:
+    """The knobs of old point i whose value the new domain never takes (else every knob that
+    varies in either domain): what a refusal names."""
+    far = [
+        k
+        for k in sorted(old)
+        if k in new
+        and not np.any(
+            np.abs(new[k] - old[k][i]) <= CONTAIN_RTOL * np.maximum(np.abs(new[k]), abs(old[k][i]))
+        )
+    ]
+    varying = [k for k in sorted(old) if np.ptp(old[k]) > 0 or (k in new and np.ptp(new[k]) > 0)]
+    return far or varying or sorted(old)
+
+
+# ---------------------------------------------------------------------------- the directory
+def is_composite(cfg: SweepConfig, out_dir: Path | None, resolved: dict, fp: str) -> bool:
+    """Whether a run is one of parts: the config refines, or `out_dir` holds parts, or it holds
+    another sweep that this config grows (refused with a ConfigError when it holds another
+    sweep that this config does not grow). An ordinary sweep (or a new directory) is not."""
+    if cfg.refine is not None:
+        return True
+    if out_dir is None:
+        return False
+    sj = out_dir / "sweep.json"
+    if not sj.is_file():
+        return False
+    cur = results.read_json(sj, "sweep.json of a sweep directory")
+    if not isinstance(cur.get("fingerprint"), str) or not isinstance(cur.get("config"), dict):
+        return False  # not simlab's sweep.json: store.check_out_dir says so
+    if PARTS in cur:
+        return True
+    if cur.get("fingerprint") == fp:
+        return False
+    refusal = growth_refusal(out_dir, cur["config"], resolved, cfg)
+    if refusal is not None:
+        raise refusal
+    return True
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    results.atomic_write_bytes(path, json.dumps(obj, indent=2).encode())
+
+
+def _describe_target(cfg: SweepConfig) -> str:
+    shape = " x ".join(map(str, cfg.shape))
+    what = f"{shape} grid" if cfg.refine is None else f"{shape} grid refined {cfg.refine.levels}x"
+    return f"{what}, {cfg.sweep.seeds} seed{'s' * (cfg.sweep.seeds != 1)}"
+
+
+def _adopt(out: Path, cur: dict, coord) -> None:
+    """Make an ordinary sweep directory's files part 0 (OUT/parts/0/). Restartable: sweep.json
+    is copied first, then each file moved."""
+    if coord.held():
+        raise ConfigError(
+            f"{out}: other writers are computing the sweep it holds; grow it when they have "
+            "finished"
+        )
+    p0 = out / PARTS / "0"
+    p0.mkdir(parents=True, exist_ok=True)
+    if not (p0 / "sweep.json").exists():
+        _write_json(p0 / "sweep.json", cur)
+    for name in ("chunks", "rejected", "results.npz", "meta.json"):
+        if (out / name).exists():
+            os.replace(out / name, p0 / name)
+
+
+def _created_entry(out: Path, cur: dict) -> dict:
+    """The history entry of the sweep an ordinary directory held (part 0)."""
+    meta = out / PARTS / "0" / "meta.json"
+    when = (meta if meta.exists() else out / PARTS / "0" / "sweep.json").stat().st_mtime
+    cfg = load_config(cur["config"])
+    return {
+        "time": datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(timespec="seconds"),
+        "fingerprint": cur["fingerprint"],
+        "change": "created",
+        "target": _describe_target(cfg),
+        "parts": ["0"],
+        "pairs_computed": cfg.n_points * cfg.sweep.seeds,
+    }
+
+
+def open_directory(out: Path, cfg: SweepConfig, resolved: dict, fp: str) -> dict:
+    """Make `out` a composite directory whose target is this config (under its lock): create it,
+    adopt an ordinary sweep as part 0, or retarget a composite one (its assembled results
+    removed: they are the parts'). Returns sweep.json's content."""
+    from simlab.engine.store import check_out_dir
+
+    coord = claims.Coordinator(out)
+    with coord.lock():
+        coord.clean()
+        sj = out / "sweep.json"
+        cur = results.read_json(sj, "sweep.json of a sweep directory") if sj.exists() else None
+        if cur is None:
+            check_out_dir(out, resolved, fp)  # refuses a directory holding other files
+            history = []
+            parts: list[str] = []
+        elif cur.get("fingerprint") == fp and PARTS in cur:
+            return cur
+        else:
+            if cur.get("fingerprint") != fp:
+                refusal = growth_refusal(out, cur.get("config", {}), resolved, cfg)
+                if refusal is not None:
+                    raise refusal
+            if PARTS in cur:
+                parts, history = list(cur[PARTS]), list(cur.get("history", []))
+                for name in ("results.npz", "meta.json"):
+                    (out / name).unlink(missing_ok=True)
+            else:
+                _adopt(out, cur, coord)
+                parts, history = ["0"], [_created_entry(out, cur)]
+        change = "created" if cur is None else config_diff(cur.get("config", {}), resolved)
+        history.append(
+            {
+                "time": _now(),
+                "fingerprint": fp,
+                "change": change,
+                "target": _describe_target(cfg),
+                "parts": [],
+                "pairs_computed": 0,
+            }
+        )
+        state = {"fingerprint": fp, "config": resolved, PARTS: parts, "history": history}
+        _write_json(sj, state)
+        return state
+
+
+# ---------------------------------------------------------------------------- parts
+@dataclasses.dataclass
+class Part:
+    """One part: its name, validated config, where it lives (None: in memory), the index of
+    each point key, its global seeds, and its results once finished."""
+
+    name: str
+    cfg: SweepConfig
+    path: Path | None
+    index: dict[bytes, int]
+    seeds: range
+    res: results.Results | None = None
+
+    @property
+    def pairs(self) -> int:
+        return len(self.index) * len(self.seeds)
+
+    def finished(self) -> bool:
+        if self.res is None and self.path is not None:
+            if (self.path / "results.npz").exists() and (self.path / "meta.json").exists():
+                self.res = results.load(self.path)
+        return self.res is not None
+
+
+def part_config(target: SweepConfig, values: dict[str, np.ndarray], seeds: range) -> SweepConfig:
+    """The config of a part: the target's block, inputs, fixed knobs and settings, its points as
+    one axis "point" of per-knob value lists, and the seed range."""
+    knobs = tuple(sorted(values))
+    n = len(values[knobs[0]])
+    axis = Axis(
+        "point",
+        knobs,
+        "index",
+        tuple(float(i) for i in range(n)),
+        laws=tuple(Law(values=tuple(np.asarray(values[k], np.float64).tolist())) for k in knobs),
+    )
+    sweep = dataclasses.replace(target.sweep, seeds=len(seeds), first_seed=seeds.start)
+    return dataclasses.replace(target, axes=(axis,), sweep=sweep, refine=None)
+
+
+def _part(name: str, cfg: SweepConfig, path: Path | None) -> Part:
+    keys = point_keys(cfg.point_values(), cfg.knobs, cfg.n_points)
+    return Part(name, cfg, path, {k: i for i, k in enumerate(keys)}, seed_range(cfg))
+
+
+class Pool:
+    """Every part of a directory (or, with out None, of this run in memory): plans the parts a
+    set of (point, seed) pairs needs, runs them, and gathers their numbers."""
+
+    def __init__(self, out: Path | None, lab, names, quiet, on_chunk, devices, floor):
+        self.out, self.lab, self.names = out, lab, tuple(names)
+        self.quiet, self.on_chunk, self.devices, self.floor = quiet, on_chunk, devices, floor
+        self.parts: list[Part] = []
+        self.stats = {"compile_time_s": 0.0, "compute_time_s": 0.0, "chunks": [0, 0]}
+
+    def _sync(self, recorded: list[str]) -> None:
+        """Add the parts that sweep.json names and this pool has not seen yet."""
+        known = {p.name for p in self.parts}
+        for name in recorded:
+            if name in known:
+                continue
+            path = self.out / PARTS / name
+            sj = results.read_json(path / "sweep.json", "sweep.json of a part")
+            self.parts.append(_part(name, load_config(sj["config"]), path))
+
+    def plan(self, target: SweepConfig, values: dict[str, np.ndarray], seeds: range) -> list[Part]:
+        """The parts holding the pairs (points `values` x `seeds`) of the target, new parts
+        created (and recorded) for the pairs none holds."""
+        n = len(next(iter(values.values())))
+        keys = point_keys(values, target.knobs, n)
+        if self.out is None:
+            return self._plan(target, values, keys, seeds, None)
+        coord = claims.Coordinator(self.out)
+        with coord.lock():
+            sj = self.out / "sweep.json"
+            state = results.read_json(sj, "sweep.json of a sweep directory")
+            self._sync(state[PARTS])
+            return self._plan(target, values, keys, seeds, (sj, state))
+
+    def _plan(self, target, values, keys, seeds, record) -> list[Part]:
+        have = np.zeros((len(keys), len(seeds)), bool)
+        used = []
+        for part in self.parts:
+            lo, hi = max(seeds.start, part.seeds.start), min(seeds.stop, part.seeds.stop)
+            if lo >= hi:
+                continue
+            rows = np.array([i for i, k in enumerate(keys) if k in part.index], np.int64)
+            if len(rows) and not np.all(have[rows, lo - seeds.start : hi - seeds.start]):
+                have[rows, lo - seeds.start : hi - seeds.start] = True
+                used.append(part)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i in np.nonzero(~have.all(axis=1))[0]:
+            for lo, hi in _runs(np.nonzero(~have[i])[0]):
+                groups.setdefault((seeds.start + lo, seeds.start + hi), []).append(int(i))
+        for (lo, hi), rows in sorted(groups.items()):
+            rows = np.asarray(rows)
+            cfg = part_config(target, {k: v[rows] for k, v in values.items()}, range(lo, hi))
+            used.append(self._new_part(cfg, record))
+        return used
+
+    def _new_part(self, cfg: SweepConfig, record) -> Part:
+        from simlab.engine.store import claim_directory
+        from simlab.engine.sweep import provenance
+
+        name = str(len(self.parts)) if record is None else str(len(record[1][PARTS]))
+        path = None
+        if record is not None:
+            sj, state = record
+            path = self.out / PARTS / name
+            path.mkdir(parents=True, exist_ok=True)
+            resolved = provenance(cfg, self.lab, self.names)
+            claim_directory(path, resolved, fingerprint(resolved))
+            state[PARTS].append(name)
+            entry = state["history"][-1]
+            entry["parts"].append(name)
+            entry["pairs_computed"] += cfg.n_points * cfg.sweep.seeds
+            _write_json(sj, state)
+        part = _part(name, cfg, path)
+        self.parts.append(part)
+        log.info("part %s: %d points x %d seeds", name, cfg.n_points, cfg.sweep.seeds)
+        return part
+
+    def run(self, parts: list[Part], worker, barrier: bool) -> bool:
+        """Compute the parts (module docstring: workers and processes); True when all are
+        finished and loaded here."""
+        from simlab.engine.sweep import run_config
+
+        for part in parts:
+            if part.finished():
+                continue
+            kw = dict(
+                out=part.path,
+                quiet=self.quiet,
+                lab=self.lab,
+                on_chunk=self.on_chunk,
+                devices=self.devices,
+                floor=self.floor,
+            )
+            res = None
+            if worker is not None:
+                run_config(part.cfg, worker=worker, **kw)
+                if barrier:
+                    res = run_config(part.cfg, **kw)
+            else:
+                res = run_config(part.cfg, **kw)
+            if res is not None:
+                self._account(part, res)
+                part.res = res
+        return all(p.res is not None for p in parts)
+
+    def _account(self, part: Part, res: results.Results) -> None:
+        m = res.meta
+        if m.get("chunks_computed"):
+            self.stats["compile_time_s"] += m.get("compile_time_s") or 0.0
+            self.stats["compute_time_s"] += m.get("compute_time_s") or 0.0
+            self.stats["chunks"][0] += m.get("chunks_computed") or 0
+            self.stats["chunks"][1] += m.get("chunks_reused") or 0
+
+    def gather(self, target_knobs, values, seeds: range, names) -> dict[str, np.ndarray]:
+        """Metric -> (P, Z, ...) at the points `values` x `seeds`, each pair from the first part
+        that holds it."""
+        n = len(next(iter(values.values())))
+        keys = point_keys(values, target_knobs, n)
+        out: dict[str, np.ndarray] = {}
+        filled = np.zeros((n, len(seeds)), bool)
+        for part in self.parts:
+            lo, hi = max(seeds.start, part.seeds.start), min(seeds.stop, part.seeds.stop)
+            if lo >= hi or part.res is None and not part.finished():
+                continue
+            idx = np.array([part.index.get(k, -1) for k in keys], np.int64)
+            rows = np.nonzero(idx >= 0)[0]
+            if not len(rows):
+                continue
+            ct = np.arange(lo, hi) - seeds.start
+            cp = np.arange(lo, hi) - part.seeds.start
+            todo = ~filled[np.ix_(rows, ct)]
+            if not todo.any():
+                continue
+            for k in names:
+                x = np.asarray(part.res.metrics[k])
+                x = x.reshape((-1,) + x.shape[len(part.res.axes) :])
+                if k not in out:
+                    out[k] = np.full((n, len(seeds)) + x.shape[2:], np.nan, x.dtype)
+                dst = out[k][np.ix_(rows, ct)]
+                dst[todo] = x[np.ix_(idx[rows], cp)][todo]
+                out[k][np.ix_(rows, ct)] = dst
+            filled[np.ix_(rows, ct)] = True
+        if not filled.all():
+            raise RuntimeError(f"grow: {int((~filled).sum())} (point, seed) pairs are missing")
+        return out
+
+
+def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive runs [lo, hi) of sorted integers."""
+    out, start = [], None
+    for a, b in zip(idx, list(idx[1:]) + [None]):
+        start = a if start is None else start
+        if b is None or b != a + 1:
+            out.append((int(start), int(a) + 1))
+            start = None
+    return out
+
+
+# ---------------------------------------------------------------------------- running
+def chunk_floor(cfg: SweepConfig, lab, names, n_devices: int) -> int:
+    """Micro-batches per device each part's chunks hold at least: the count the target's own
+    layout has per device (a refinement's: the dense grid of its finest lattice's), up to 2
+    (the module docstring)."""
+    from simlab.engine.sweep import choose_layout
+
+    n = cfg.n_points if cfg.refine is None else int(np.prod(refine.Lattice.from_config(cfg).shape))
+    layout, _ = choose_layout(cfg, lab, names, n_devices, n_points=n)
+    return min(2, layout.chunk_mb // n_devices)
+
+
+def run_composite(
+    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, worker, devices, t0
+) -> results.Results | None:
+    """Run a grown or refined sweep (module docstring); the assembled Results (None for a
+    --worker, which leaves the merge to a plain run or `simlab merge`)."""
+    from simlab.engine.compile import local_devices
+    from simlab.engine.schedule import wait_for_results
+
+    n_dev = len(local_devices(devices))
+    if cfg.refine is not None and cfg.refine.metric not in names:
+        raise ConfigError(
+            f"refine.metric: {cfg.refine.metric!r} is not among the sweep's metrics; "
+            f"allowed: {', '.join(names)}"
+        )
+    state = None
+    if out_dir is not None:
+        finished = _finished(out_dir, fp)
+        if finished is not None:
+            return finished
+        _precheck(out_dir, cfg, resolved, fp)
+        state = open_directory(out_dir, cfg, resolved, fp)
+    distributed = out_dir is not None and jax.process_count() > 1 and worker is None
+    if distributed:
+        quiet = quiet or jax.process_index() != 0
+    pool = Pool(out_dir, lab, names, quiet, on_chunk, devices, chunk_floor(cfg, lab, names, n_dev))
+    if state is not None:
+        pool._sync(state[PARTS])
+    seeds = seed_range(cfg)
+    if cfg.refine is None:
+        values = cfg.point_values()
+        parts = pool.plan(cfg, values, seeds)
+        if not pool.run(parts, worker, barrier=False):
+            return None
+        refined = None
+    else:
+        values, refined = _refine(cfg, pool, seeds, worker)
+        if refined is None:
+            return None
+    if distributed and jax.process_index() != 0:
+        return wait_for_results(out_dir)
+    return _assemble(cfg, pool, names, resolved, fp, out_dir, values, refined, t0, n_dev)
+
+
+def _precheck(out: Path, cfg: SweepConfig, resolved: dict, fp: str) -> None:
+    """Refuse, before taking the directory's lock (which creates OUT/.lock), a directory holding
+    other files or a sweep this config does not grow (open_directory checks again, locked)."""
+    from simlab.engine.store import check_out_dir
+
+    sj = out / "sweep.json"
+    if not sj.is_file():
+        check_out_dir(out, resolved, fp)
+        return
+    cur = results.read_json(sj, "sweep.json of a sweep directory")
+    if not isinstance(cur.get("fingerprint"), str) or not isinstance(cur.get("config"), dict):
+        check_out_dir(out, resolved, fp)  # refuses it, naming the file
+    if cur.get("fingerprint") != fp:
+        refusal = growth_refusal(out, cur.get("config", {}), resolved, cfg)
+        if refusal is not None:
+            raise refusal
+
+
+def _finished(out: Path, fp: str) -> results.Results | None:
+    """The directory's results when it holds this sweep, finished (read only: no lock)."""
+    sj, done = out / "sweep.json", (out / "results.npz", out / "meta.json")
+    if not sj.is_file() or not all(p.exists() for p in done):
+        return None
+    if results.read_json(sj, "sweep.json of a sweep directory").get("fingerprint") != fp:
+        return None
+    res = results.load(out)
+    return res if res.meta.get("fingerprint") == fp else None
+
+
+def _refine(cfg, pool: Pool, seeds: range, worker):
+    """The levels of a refinement, each planned and computed in full; (the points' knob
+    values, the finished refine.State), or (None, None) for a worker done with its shares."""
+    r = cfg.refine
+    lat = refine.Lattice.from_config(cfg)
+    st = refine.State.start(lat)
+    while True:
+        values = lat.knob_values(st.points)
+        parts = pool.plan(cfg, values, seeds)
+        if not pool.run(parts, worker, barrier=not st.done):
+            return None, None
+        if st.done:
+            return values, st
+        got = pool.gather(cfg.knobs, values, seeds, (r.metric,))[r.metric]
+        if got.ndim == 3:
+            if r.layer is not None and not -got.shape[2] <= r.layer < got.shape[2]:
+                raise ConfigError(
+                    f"refine.layer: {r.layer} is outside the {got.shape[2]} layers of {r.metric}"
+                )
+            got = got[..., -1 if r.layer is None else r.layer]
+        st = st.advance(got, r.level, r.rule)
+        log.info("refine: level %d adds %d points", st.level, st.added[-1])
+
+
+def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0, n_dev):
+    """Gather the target's pairs from the parts, record the history, save (with a directory)."""
+    seeds = seed_range(cfg)
+    flat = pool.gather(cfg.knobs, values, seeds, names)
+    if refined is None:
+        metrics = {
+            k: np.ascontiguousarray(x.reshape(cfg.shape + x.shape[1:])) for k, x in flat.items()
+        }
+        axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
+        described = [a.describe() for a in cfg.axes]
+    else:
+        metrics = flat
+        n = len(refined.points)
+        axes = OrderedDict(point=np.arange(n, dtype=np.float64))
+        described = [
+            {
+                "name": "point",
+                "knobs": sorted(values),
+                "space": "index",
+                "values": axes["point"].tolist(),
+                "knob_values": {k: np.asarray(v).tolist() for k, v in sorted(values.items())},
+            }
+        ]
+    n_points = len(next(iter(axes.values()))) if refined is not None else cfg.n_points
+    history, current = [], True
+    if out_dir is not None:
+        coord = claims.Coordinator(out_dir)
+        with coord.lock():
+            sj = out_dir / "sweep.json"
+            state = results.read_json(sj, "sweep.json of a sweep directory")
+            current = state.get("fingerprint") == fp  # else another writer grew it meanwhile
+            if current:
+                entry = state["history"][-1]
+                entry["points"] = n_points
+                entry["seeds"] = len(seeds)
+                entry["pairs_reused"] = max(0, n_points * len(seeds) - entry["pairs_computed"])
+                _write_json(sj, state)
+            history = state["history"]
+    pieces = [
+        {
+            "name": p.name,
+            "fingerprint": p.res.meta.get("fingerprint") if p.res is not None else None,
+            "points": p.cfg.n_points,
+            "first_seed": p.seeds.start,
+            "seeds": len(p.seeds),
+        }
+        for p in pool.parts
+    ]
+    dims = {k: list(axes) + ["seed"] + ["layer"] * (metrics[k].ndim - len(axes) - 1) for k in names}
+    meta = {
+        "config": resolved,
+        "fingerprint": fp,
+        "axes": described,
+        "metrics": list(names),
+        "dims": dims,
+        "versions": results.versions(),
+        "devices": [str(d) for d in jax.local_devices()[:n_dev]],
+        "n_devices": n_dev,
+        "n_processes": jax.process_count(),
+        "n_points": n_points,
+        "seeds": len(seeds),
+        "first_seed": seeds.start,
+        "parts": pieces,
+        "history": history,
+        "chunks_computed": pool.stats["chunks"][0],
+        "chunks_reused": pool.stats["chunks"][1],
+        "chunks_rejected": [],
+        "compile_time_s": pool.stats["compile_time_s"],
+        "matmul_precision": cfg.sweep.matmul_precision,
+        "compute_time_s": pool.stats["compute_time_s"],
+        "wall_time_s": time.perf_counter() - t0,
+    }
+    if refined is not None:
+        meta["refine"] = refined.describe(cfg.refine)
+    if out_dir is None or not current:
+        return results.Results(axes, metrics, meta)
+    saved = results.save(out_dir, axes, metrics, meta)
+    claims.Coordinator(out_dir).tidy()
+    return saved
