@@ -159,18 +159,20 @@ def check_paper_refined(tmp_path):
     res = simlab.load(tmp_path / "data" / "paper_refined")
     r = res.meta["refine"]
     assert list(res.axes) == ["point"] and r["axes"] == ["drift_norm", "lambda"]
-    assert r["lattice"] == [9, 9] and r["points_per_level"][0] == 9  # num 3, 2 levels
+    assert r["lattice"] == [33, 33] and r["points_per_level"][0] == 9  # num 3, 4 levels
     assert (tmp_path / "paper_refined_boundary.png").exists()
 
 
 def test_paper_refined_is_the_paper_protocol_with_its_own_seed():
     """experiments/paper_refined.toml: experiment 1's block, inputs and axis ranges, a coarse
-    13 x 13 grid refined at attn_entropy = 0.5, and a base_seed no other experiment uses."""
+    7 x 7 grid refined 4 levels at attn_entropy = 0.5 (the 97 x 97 lattice: steps a quarter of
+    experiment 1's 25 x 25 grid's), and a base_seed no other experiment uses."""
     paper = reproduce.experiment_config("paper", quick=False)
     refined = reproduce.experiment_config("paper_refined", quick=False)
     assert refined["block"] == paper["block"] and refined["inputs"] == paper["inputs"]
     for a, b in zip(refined["axes"], paper["axes"]):
-        assert (a["start"], a["stop"], a["num"]) == (b["start"], b["stop"], 13)
+        assert (a["start"], a["stop"], a["num"]) == (b["start"], b["stop"], 7)
+        assert (a["num"] - 1) * 2 ** refined["refine"]["levels"] == 4 * (b["num"] - 1)
     assert refined["refine"]["metric"] == "attn_entropy" and refined["refine"]["level"] == 0.5
     seeds = {
         n: reproduce.experiment_config(n, quick=False).get("sweep", {}).get("base_seed", 0)
