@@ -1,6 +1,7 @@
 """`simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--out FILE.png] [--layer I]
-[--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...]`: a phase diagram or a curve
-with a seed band from a finished sweep (simlab.plot.plot_results)."""
+[--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...] [--band ci|std|sem|none]
+[--level P]`: a phase diagram or a curve with a seed band (by default the 95% Student-t
+confidence interval of the seed mean) from a finished sweep (simlab.plot.plot_results)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from simlab.engine import results
 from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
 from simlab.plot import plot_results
+from simlab.plot.lines import BANDS
 
 
 def add_arguments(parser) -> None:
@@ -39,6 +41,20 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--contour", metavar="METRIC", help="second metric drawn as contour lines")
     parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")
+    parser.add_argument(
+        "--band",
+        choices=BANDS,
+        default="ci",
+        help="band around a 1-D curve's seed mean: ci (the Student-t confidence interval of the "
+        "mean, default), std (-+1 standard deviation), sem (-+1 standard error) or none",
+    )
+    parser.add_argument(
+        "--level",
+        type=float,
+        default=0.95,
+        metavar="P",
+        help="confidence level of --band ci, in (0, 1) (default 0.95)",
+    )
 
 
 def _parse_select(items: Sequence[str]) -> dict[str, float]:
@@ -68,6 +84,8 @@ def _parse_levels(s: str | None):
 
 
 def cli_main(args) -> int:
+    if not 0.0 < args.level < 1.0:
+        raise ConfigError(f"--level {args.level!r}: must be in (0, 1), e.g. 0.95")
     select = _parse_select(args.select)
     levels = _parse_levels(args.levels)
     res = results.load(args.dir)
@@ -89,6 +107,8 @@ def cli_main(args) -> int:
         contour=args.contour,
         contour_levels=levels,
         out=out,
+        band=args.band,
+        level=args.level,
     )
     print(f"wrote {out}")
     return 0
