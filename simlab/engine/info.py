@@ -35,14 +35,13 @@ def intervals(res: results.Results, level: float = 0.95) -> list[str]:
             lines.append(f"    {k}: {np.median(h):.3g} / {h.max():.3g}")
     for k, x in res.covariates.items():
         lo, hi = results.seed_ci(x, 0, level)
-        mean, half = np.atleast_1d(np.mean(x, axis=0)), np.atleast_1d(0.5 * (hi - lo))
-        if mean.ndim > 1:
-            mean, half = (
-                mean.reshape(mean.shape[0], -1)[:, 0],
-                half.reshape(half.shape[0], -1)[:, 0],
-            )
-        shown = list(range(len(mean))) if len(mean) <= 4 else [0, 1, len(mean) - 1]
-        per = ", ".join(f"layer {i} {_fmt_pm(mean[i], half[i])}" for i in shown)
+        mean, half = np.mean(x, axis=0), 0.5 * (hi - lo)
+        if mean.ndim == 0:
+            per = _fmt_pm(float(mean), float(half))
+        else:  # per layer (the first index of any further axis)
+            mean, half = mean.reshape(len(mean), -1)[:, 0], half.reshape(len(half), -1)[:, 0]
+            shown = list(range(len(mean))) if len(mean) <= 4 else [0, 1, len(mean) - 1]
+            per = ", ".join(f"layer {i} {_fmt_pm(mean[i], half[i])}" for i in shown)
         lines.append(f"  covariate {k} (seed mean \u00b1 {pct} CI): {per}")
     return lines
 

@@ -99,3 +99,22 @@ def test_results_ci_metric_or_array_paired_by_seed():
     np.testing.assert_allclose(res.ci_half_width("a"), (hi - lo) / 2)
     lo_b, _ = res.ci("a", method="bootstrap")
     assert lo_b.shape == (3, 2)
+
+
+def test_info_lines_give_half_widths_and_covariates():
+    """simlab info's interval lines: per metric the median and largest half-width over the
+    grid; per covariate its seed mean +- half-width, per layer (first two and last of a deep
+    stack) or as one number; one seed: no interval."""
+    from simlab.engine.info import intervals
+
+    res = _results()
+    res.covariates = {"c": np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), "d": np.ones((6, 8))}
+    lines = intervals(res)
+    h = res.ci_half_width("a")
+    assert lines[0].strip().startswith("95% CI of the seed mean (Student t, 6 seeds)")
+    assert f"    a: {np.median(h):.3g} / {h.max():.3g}" in lines
+    half = stats.t.ppf(0.975, 5) * np.std(np.arange(1.0, 7.0), ddof=1) / 6**0.5
+    assert f"  covariate c (seed mean \u00b1 95% CI): 3.5 \u00b1 {half:.2g}" in lines
+    assert "layer 0 1 \u00b1 0, layer 1 1 \u00b1 0, layer 7 1 \u00b1 0" in lines[-1]
+    one = Results(res.axes, {"a": res["a"][..., :1]}, {})
+    assert "need 2 seeds" in intervals(one)[0]
