@@ -260,7 +260,7 @@ class Lab:
         )
         return obs if self.block.depth > 1 else jax.tree.map(lambda a: a[0], obs)
 
-    def covariates(self, state) -> dict[str, jax.Array]:
+    def covariates(self, state) -> dict[str, np.ndarray]:
         """Per-seed statistics of the weights that closed forms use, one value per layer
         (depth,), u_b the seed's unit drift direction (simlab.core.inputs):
           drift_vo   |u_b W_V W_O|^2 / |u_b|^2, W_V W_O = sum_h W_V,h W_O,h the value-output
