@@ -174,15 +174,16 @@ def test_branch_gains_switch_branches_off():
     )
 
 
-PATTERN_CASES = [  # kind, pattern, causal, qk_norm
+SLOW = pytest.mark.slow
+PATTERN_CASES = [  # kind, pattern, causal, qk_norm (one case per clamp in the fast tier)
     ("post_ln", "uniform", False, "none"),
     ("post_ln", "shared", True, "none"),
     ("post_ln", "token", False, "layernorm"),
-    ("pre_ln", "token", True, "none"),
-    ("pre_ln", "shared", False, "rmsnorm"),
-    ("parallel", "uniform", True, "none"),
-    ("attention", "token", False, "none"),
-    ("attention", "shared", False, "none"),
+    pytest.param("pre_ln", "token", True, "none", marks=SLOW),
+    pytest.param("pre_ln", "shared", False, "rmsnorm", marks=SLOW),
+    pytest.param("parallel", "uniform", True, "none", marks=SLOW),
+    pytest.param("attention", "token", False, "none", marks=SLOW),
+    pytest.param("attention", "shared", False, "none", marks=SLOW),
 ]
 
 
