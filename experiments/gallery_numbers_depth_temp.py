@@ -1,4 +1,7 @@
 """The numbers docs/gallery.md quotes for temp_corr and the depth stacks, from a data root:
+seed means, +- the half-width of their 95% Student-t interval over seeds where a number is a
+metric's mean at a point (simlab.engine.results.seed_ci; docs/config.md, "Confidence
+intervals"):
 python experiments/gallery_numbers_depth_temp.py figures/data    (or figures/quick/data)"""
 
 import sys
@@ -17,6 +20,7 @@ try:
     T = r.meta["config"]["inputs"]["length"]
     h = r.mean("attn_entropy")
     c = r.mean("out_cos_within")
+    ch = r.ci_half_width("out_cos_within")
     ax_p, ax_t = names
     tv, pv = r.axes[ax_t], r.axes[ax_p]
     inv = 1 / tv
@@ -44,10 +48,11 @@ try:
             above = theory.gaussian_softmax_entropy(mid, T, rows=2048) > 0.5
             lo, hi = (mid, hi) if above else (lo, mid)
         half = pred * 0.5 * (lo + hi) / float(theory.rem_critical_std(T))
-        cl, ch = c[pi, np.argmin(abs(inv - 0.1))], c[pi, np.argmin(abs(inv - 100))]
+        il, ih = np.argmin(abs(inv - 0.1)), np.argmin(abs(inv - 100))
         print(
             f"p={p:.3f}: 1/T at entropy 0.5 sim {cross:.3g} REM boundary {pred:.3g}; "
-            f"out_cos_within at 1/temp 0.1: {cl:.3f}, at 100: {ch:.3f}"
+            f"out_cos_within at 1/temp 0.1: {c[pi, il]:.3f}\u00b1{ch[pi, il]:.3f}, "
+            f"at 100: {c[pi, ih]:.3f}\u00b1{ch[pi, ih]:.3f}"
         )
         print(f"   finite-T entropy-0.5 line: 1/T = {half:.3g} (sim/pred {cross / half:.3f})")
 except Exception as e:
@@ -57,10 +62,12 @@ for kind in ("post_ln", "pre_ln", "attention"):
         r = simlab.load(f"{base}/depth_{kind}")
         t = r.axes["temperature"]
         oc, ae = r.mean("out_cos"), r.mean("attn_entropy")
+        och, aeh = r.ci_half_width("out_cos"), r.ci_half_width("attn_entropy")
         for i, tt in enumerate(t):
             print(
-                f"depth {kind} temp {tt:g}: out_cos L1 {oc[i, 0]:.3f} L12 {oc[i, -1]:.3f}; "
-                f"entropy L1 {ae[i, 0]:.3f} L12 {ae[i, -1]:.3f}"
+                f"depth {kind} temp {tt:g}: out_cos L1 {oc[i, 0]:.3f}\u00b1{och[i, 0]:.3f} "
+                f"L12 {oc[i, -1]:.3f}\u00b1{och[i, -1]:.3f}; entropy L1 {ae[i, 0]:.3f}"
+                f"\u00b1{aeh[i, 0]:.3f} L12 {ae[i, -1]:.3f}\u00b1{aeh[i, -1]:.3f}"
             )
         print("   wall", round(r.meta["wall_time_s"], 1))
     except Exception as e:

@@ -59,8 +59,11 @@ POINTS: tuple[dict[str, float], ...] = (
         attn_residual=0.5,
         mlp_residual=0.8,
         qk_norm_gain=2.0,
+        attn_gain=0.7,
+        mlp_gain=1.3,
+        pattern_beta=1.5,
     ),
-    dict(q_scale=30.0, k_scale=30.0, drift_norm=10.0),
+    dict(q_scale=30.0, k_scale=30.0, drift_norm=10.0, pattern_beta=6.0),
 )
 # the corners of the promised knob ranges (docs/config.md, "Numerics")
 EXTREMES: dict[str, tuple[float, ...]] = dict(
@@ -69,6 +72,7 @@ EXTREMES: dict[str, tuple[float, ...]] = dict(
     drift_norm=(0.0, 1e8),
     q_shift=(0.0, 1e8),
     qk_norm_gain=(1e-6, 1e6),
+    pattern_beta=(0.0, 1e8),
 )
 
 

@@ -141,6 +141,18 @@ def np_qk_drift(q_BTHK, k_BSHK):
 
 
 # ----------------------------------------------------------------------------- numpy oracle
+def np_token_cos(a_BTD, x_BTD) -> float:
+    """mean over tokens of cos(a_i, x_i) in float64 (0 where either is zero)."""
+    a, x = (np.asarray(t, np.float64).reshape(-1, np.shape(t)[-1]) for t in (a_BTD, x_BTD))
+    c = [
+        float(ai @ xi) / (np.linalg.norm(ai) * np.linalg.norm(xi))
+        if np.any(ai) and np.any(xi)
+        else 0.0
+        for ai, xi in zip(a, x)
+    ]
+    return float(np.mean(c))
+
+
 def np_residual_ratio(a_BTD, x_BTD) -> float:
     """mean over tokens of |a_i| / |x_i| in float64 (0 where x_i = 0)."""
     a, x = (np.asarray(t, np.float64).reshape(-1, np.shape(t)[-1]) for t in (a_BTD, x_BTD))
@@ -159,8 +171,25 @@ def np_layernorm(x, g=None, b=None, eps=1e-12):
     return y if g is None else y * g + b
 
 
-def np_layer(spec, p, x, kn, u_q, u_k):
-    """One block in float64 numpy, written from the math in simlab.core.block's docstring."""
+def np_pattern_weights(pattern, beta, t_len, causal):
+    """(T, S) weights of a clamped pattern, from the definition (simlab.core.patterns): row i
+    attends n = i + 1 (causal) or T keys; e^beta / (e^beta + n - 1) on its target (i for
+    "token", 0 for "shared"), 1 / (e^beta + n - 1) on each other key; "uniform" 1/n each."""
+    w = np.zeros((t_len, t_len))
+    for i in range(t_len):
+        n = i + 1 if causal else t_len
+        b = 0.0 if pattern == "uniform" else float(beta)
+        target = i if pattern == "token" else 0
+        for j in range(n):
+            w[i, j] = (math.exp(b) if j == target else 1.0) / (math.exp(b) + n - 1)
+    return w
+
+
+def np_layer(spec, p, x, kn, u_q, u_k, with_mlp=False):
+    """One block in float64 numpy, written from the math in simlab.core.block's docstring:
+    the attention weights are the softmax or the clamp of spec.pattern, the branches carry the
+    gains attn_gain and mlp_gain. Returns (y, attn, w, q, k), and the MLP branch's output
+    (before its gain; None without MLP) after them with_mlp."""
     p = {n: np.asarray(v, np.float64) for n, v in p.items()}
     x = np.asarray(x, np.float64)
     kn = {n: float(v) for n, v in kn.items()}
@@ -179,8 +208,12 @@ def np_layer(spec, p, x, kn, u_q, u_k):
     k = kn["k_scale"] * k + kn["k_shift"] * np.asarray(u_k, np.float64)
     t_len = x.shape[1]
     w = np.zeros((x.shape[0], q.shape[2], t_len, t_len))
+    pattern = getattr(spec, "pattern", "softmax")
     for b in range(x.shape[0]):
         for h in range(q.shape[2]):
+            if pattern != "softmax":
+                w[b, h] = np_pattern_weights(pattern, kn["pattern_beta"], t_len, spec.causal)
+                continue
             for i in range(t_len):
                 n = i + 1 if spec.causal else t_len
                 logits = np.array([q[b, i, h] @ k[b, j, h] for j in range(n)])
@@ -189,26 +222,34 @@ def np_layer(spec, p, x, kn, u_q, u_k):
                 w[b, h, i, :n] = e / e.sum()
     o = np.einsum("bhts,bshk->bthk", w, v)
     attn = np.einsum("bthk,hkd->btd", o, p["wo"]) + p["bo"]
+    acts = {
+        "gelu": np_gelu_tanh,
+        "relu": lambda z: np.maximum(z, 0.0),
+        "linear": lambda z: z,
+    }
+    out = {}
 
     def mlp(h):
-        act = np_gelu_tanh if spec.activation == "gelu" else (lambda z: np.maximum(z, 0.0))
-        g = act(h @ p["w1"] + p["b1"])
+        g = acts[spec.activation](h @ p["w1"] + p["b1"])
         if spec.mlp_center:  # the ablation: each token's hidden activation centred over units
             g = g - g.mean(axis=-1, keepdims=True)
-        return g @ p["w2"] + p["b2"]
+        out["mlp"] = g @ p["w2"] + p["b2"]
+        return kn["mlp_gain"] * out["mlp"]
 
-    a, m = kn["attn_residual"], kn["mlp_residual"]
+    a, m, ga = kn["attn_residual"], kn["mlp_residual"], kn["attn_gain"]
     if spec.kind == "post_ln":
-        h = np_layernorm(a * x + attn, p["ln1_g"], p["ln1_b"], spec.ln_eps)
+        h = np_layernorm(a * x + ga * attn, p["ln1_g"], p["ln1_b"], spec.ln_eps)
         y = np_layernorm(m * h + mlp(h), p["ln2_g"], p["ln2_b"], spec.ln_eps) if spec.mlp else h
     elif spec.kind == "pre_ln":
-        h = a * x + attn
+        h = a * x + ga * attn
         y = m * h + mlp(np_layernorm(h, p["ln2_g"], p["ln2_b"], spec.ln_eps)) if spec.mlp else h
     elif spec.kind == "parallel":  # GPT-J: both branches read LN1(x), one residual
-        y = a * x + attn + (mlp(ln1_x) if spec.mlp else 0.0)
+        y = a * x + ga * attn + (mlp(ln1_x) if spec.mlp else 0.0)
     else:
-        h = a * x + attn
+        h = a * x + ga * attn
         y = m * h + mlp(h) if spec.mlp else h
+    if with_mlp:
+        return y, attn, w, q, k, out.get("mlp")
     return y, attn, w, q, k
 
 

@@ -228,17 +228,40 @@ def test_plot_results_layer(sweep):
         plot.plot_results(res, x="a", y="b", metric="m", layer=0, select={"c": 0})
 
 
+def _band_edges(ax, xs):
+    v = ax.collections[0].get_paths()[0].vertices
+    return [(v[np.isclose(v[:, 0], xi), 1].min(), v[np.isclose(v[:, 0], xi), 1].max()) for xi in xs]
+
+
 def test_plot_results_1d_band_is_mean_pm_std(sweep):
     res, _ = sweep
-    _, ax = plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0})
+    _, ax = plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0}, band="std")
     seeds = res.metrics["m"][:, 1, 0, 0, :]
     mean, std = seeds.mean(-1), seeds.std(-1, ddof=1)
     (line,) = ax.get_lines()
     np.testing.assert_allclose(line.get_ydata(), mean)
-    v = ax.collections[0].get_paths()[0].vertices
-    for xi, lo, hi in zip(res.axes["a"], mean - std, mean + std):
-        ys = v[np.isclose(v[:, 0], xi), 1]
-        assert np.isclose(ys.min(), lo) and np.isclose(ys.max(), hi)
+    np.testing.assert_allclose(_band_edges(ax, res.axes["a"]), np.stack([mean - std, mean + std]).T)
+    assert "1 std, 5 seeds" in line.get_label()
+
+
+def test_plot_results_1d_band_ci_sem_none(sweep):
+    """The default band is the 95% Student-t interval of the seed mean, t_{0.975, 4} s / sqrt(5)
+    around it (5 seeds), labelled so; "sem" is s / sqrt(5); "none" draws no band."""
+    res, _ = sweep
+    seeds = res.metrics["m"][:, 1, 0, 0, :]
+    mean, s = seeds.mean(-1), seeds.std(-1, ddof=1) / np.sqrt(5)
+    _, ax = plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0})
+    half = 2.7764451051977987 * s
+    np.testing.assert_allclose(
+        _band_edges(ax, res.axes["a"]), np.stack([mean - half, mean + half]).T
+    )
+    assert "95% CI, t, 5 seeds" in ax.get_lines()[0].get_label()
+    _, ax = plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0}, band="sem")
+    np.testing.assert_allclose(_band_edges(ax, res.axes["a"]), np.stack([mean - s, mean + s]).T)
+    _, ax = plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0}, band="none")
+    assert len(ax.collections) == 0
+    with pytest.raises(ConfigError, match="band 'wide'"):
+        plot.plot_results(res, x="a", metric="m", select={"b": 0.5, "c": 0}, band="wide")
 
 
 def test_plot_results_errors_name_the_axis(sweep):
@@ -305,6 +328,14 @@ def test_cli_writes_default_path(sweep, capsys):
         == 0
     )
     assert (d / "ml_b_a1_c0.png").exists()
+    argv = [d, "--x", "a", "--metric", "m", "--select", "b=0.5", "--select", "c=0", "--out"]
+    for band in ("ci", "std", "sem", "none"):
+        assert plot_cli.cli_main(_args(*argv, d / f"{band}.png", "--band", band)) == 0
+    assert plot_cli.cli_main(_args(*argv, d / "ci90.png", "--level", "0.9")) == 0
+    sizes = {p: (d / f"{p}.png").stat().st_size for p in ("ci", "std", "none", "ci90")}
+    assert len(set(sizes.values())) == 4  # four different figures
+    with pytest.raises(ConfigError, match="--level 1.5"):
+        plot_cli.cli_main(_args(*argv, d / "bad.png", "--level", "1.5"))
 
 
 @pytest.mark.parametrize(

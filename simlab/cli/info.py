@@ -8,10 +8,20 @@ from pathlib import Path
 def add_arguments(parser) -> None:
     parser.add_argument("dir", help="a sweep directory")
     parser.add_argument("--config", action="store_true", help="also print the resolved config")
+    parser.add_argument(
+        "--level",
+        type=float,
+        default=0.95,
+        metavar="P",
+        help="confidence level of the seed means' intervals, in (0, 1) (default 0.95)",
+    )
 
 
 def cli_main(args) -> int:
     from simlab.engine.info import describe
+    from simlab.errors import ConfigError
 
-    print(describe(Path(args.dir), args.config))
+    if not 0.0 < args.level < 1.0:
+        raise ConfigError(f"--level {args.level!r}: must be in (0, 1), e.g. 0.95")
+    print(describe(Path(args.dir), args.config, args.level))
     return 0

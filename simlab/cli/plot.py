@@ -1,7 +1,9 @@
 """`simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--metric NAME ...] [--out FILE]
-[--layer I] [--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...] [--vmin V --vmax V]`:
-a phase diagram or a curve with a seed band from a finished sweep (simlab.plot.plot_results),
-one file per metric; the file's suffix picks the format (.png, .pdf, .svg)."""
+[--layer I] [--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...] [--vmin V --vmax V]
+[--band ci|std|sem|none] [--level P]`: a phase diagram or a curve with a seed band (by default
+the 95% Student-t confidence interval of the seed mean) from a finished sweep
+(simlab.plot.plot_results), one file per metric; the file's suffix picks the format (.png,
+.pdf, .svg)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
 from simlab.plot import plot_results
 from simlab.plot.axes import figure_format
+from simlab.plot.lines import BANDS
 
 
 def add_arguments(parser) -> None:
@@ -55,6 +58,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")
     parser.add_argument("--vmin", type=float, default=None, help="lower end of the colour scale")
     parser.add_argument("--vmax", type=float, default=None, help="upper end of the colour scale")
+    parser.add_argument(
+        "--band",
+        choices=BANDS,
+        default="ci",
+        help="band around a 1-D curve's seed mean: ci (the Student-t confidence interval of the "
+        "mean, default), std (-+1 standard deviation), sem (-+1 standard error) or none",
+    )
+    parser.add_argument(
+        "--level",
+        type=float,
+        default=0.95,
+        metavar="P",
+        help="confidence level of --band ci, in (0, 1) (default 0.95)",
+    )
 
 
 def _parse_select(items: Sequence[str]) -> dict[str, float]:
@@ -110,6 +127,8 @@ def out_paths(args, metrics: list[str], select: dict[str, float]) -> dict[str, P
 
 
 def cli_main(args) -> int:
+    if not 0.0 < args.level < 1.0:
+        raise ConfigError(f"--level {args.level!r}: must be in (0, 1), e.g. 0.95")
     select = _parse_select(args.select)
     levels = _parse_levels(args.levels)
     res = results.load(args.dir)
@@ -137,6 +156,8 @@ def cli_main(args) -> int:
             vmin=args.vmin,
             vmax=args.vmax,
             warn=lambda msg: print(f"simlab: warning: {msg}", file=sys.stderr),
+            band=args.band,
+            level=args.level,
         )
         print(f"wrote {paths[m]}")
     return 0

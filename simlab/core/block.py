@@ -1,16 +1,20 @@
 """Transformer blocks and depth-L stacks as pure functions (params, x, knobs) -> output.
 
-With a = attn_residual, m = mlp_residual (docs/design.md; BERT: Devlin et al. 2019; pre-LN:
-Xiong et al. 2020):
-  attention: h = a x + Attn(x);             y = m h + MLP(h)            (y = h without MLP)
-  post_ln:   h = LN1(a x + Attn(x));        y = LN2(m h + MLP(h))       (y = h without MLP)
-  pre_ln:    h = a x + Attn(LN1(x));        y = m h + MLP(LN2(h))       (y = h without MLP)
-  parallel:  y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J, Wang & Komatsuzaki 2021; one
+With a = attn_residual, m = mlp_residual and the branch gains g_A = attn_gain, g_M = mlp_gain
+(docs/design.md; BERT: Devlin et al. 2019; pre-LN: Xiong et al. 2020):
+  attention: h = a x + g_A Attn(x);         y = m h + g_M MLP(h)         (y = h without MLP)
+  post_ln:   h = LN1(a x + g_A Attn(x));    y = LN2(m h + g_M MLP(h))    (y = h without MLP)
+  pre_ln:    h = a x + g_A Attn(LN1(x));    y = m h + g_M MLP(LN2(h))    (y = h without MLP)
+  parallel:  y = a x + g_A Attn(LN1(x)) + g_M MLP(LN1(x))  (GPT-J, Wang & Komatsuzaki 2021; one
              LayerNorm feeds both branches; m is inert: no skip around the MLP alone)
-MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, as BERT) or ReLU.
-The kinds are one registry, BLOCKS (a BlockKind each: what the projections see and the
-token-wise rest of the layer), read live; a new block variant is one `register_block` call,
-in simlab or in a plugin (docs/extending.md), with the helpers ln1, ln2, identity and mlp.
+MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, as BERT), ReLU or the identity
+("linear", an ablation). g_A multiplies the attention sub-layer's output before the token-wise
+part sees it (so it acts on every kind, a plugin's too); g_M is read by the kinds that declare
+`mlp_gain` (all built-in ones). `Layer.attn` and `Layer.mlp` are the branches' own outputs,
+before their gains. The kinds are one registry, BLOCKS (a BlockKind each: what the projections
+see and the token-wise rest of the layer), read live; a new block variant is one
+`register_block` call, in simlab or in a plugin (docs/extending.md), with the helpers ln1, ln2,
+identity and mlp.
 
 Two ways to compute the attention sub-layer, with one contract (`Layer`):
   plain  (tiling None): the full weights w (B, H, T, S), then A V (simlab.core.attention): the
@@ -18,6 +22,8 @@ Two ways to compute the attention sub-layer, with one contract (`Layer`):
   tiled  (a simlab.core.tiled.Tiling): softmax statistics and A V W_O per tile, never the full
          weights; the terms of the logits constant over the keys (the key shift u_k) are
          dropped exactly; `Layer.full` is None.
+With a clamped pattern (`BlockSpec.pattern`, simlab.core.patterns) the weights are the clamp's:
+built in full on the plain path, A V from the closed form in O(T D) on the other.
 Every layer hands its `Layer` to an `observe` function (e.g. the metrics), so a stack never
 keeps all layers' intermediates in memory.
 """
@@ -31,7 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from simlab.core import attention, tiled
+from simlab.core import attention, patterns, tiled
 from simlab.core.spec import BlockSpec
 from simlab.registry import BUILTIN, Registry, require
 
@@ -59,10 +65,11 @@ class Attn(NamedTuple):
 
 
 class Layer(NamedTuple):
-    """What one layer computed: input x, attention sub-layer output attn (after W_O, before the
-    residual), output y (all (B, T, D)); per-row attention entropy (nats) and max (B, H, T);
-    the means over all tokens of the shaped queries q' and keys k' (H, K); `full` (plain path
-    only, else None): the full q', k' and weights."""
+    """What one layer computed: input x, attention sub-layer output attn (after W_O, before its
+    gain and the residual), output y (all (B, T, D)); per-row attention entropy (nats) and max
+    (B, H, T); the means over all tokens of the shaped queries q' and keys k' (H, K); `full`
+    (plain path only, else None): the full q', k' and weights; `mlp`: the MLP branch's output
+    (B, T, D) before its gain, only where a metric reads it (else None)."""
 
     x: jax.Array
     attn: jax.Array
@@ -72,16 +79,19 @@ class Layer(NamedTuple):
     q_mean: jax.Array
     k_mean: jax.Array
     full: Full | None
+    mlp: jax.Array | None = None
 
 
 def mlp(spec: BlockSpec, p, h_BTD):
-    """MLP(h) = act(h W_1 + b_1) W_2 + b_2. With spec.mlp_center (an ablation) each token's
-    hidden activation g_t (F units) is centred over its units first, g_t - mean_f(g_tf) 1: this
-    removes exactly the term mean_f(g_tf) 1^T W_2, which is nearly the same vector for every
-    token when the activation has a nonzero mean (GELU's E[GELU(z)] = s^2 / sqrt(2 pi (1 + s^2))
-    for the exact GELU and z ~ N(0, s^2); s^2 = 768 * 0.02^2 at BERT-base init gives 0.107), so
-    it isolates that shared output (docs/gallery.md, "6. Width")."""
-    act = jax.nn.gelu if spec.activation == "gelu" else jax.nn.relu
+    """MLP(h) = act(h W_1 + b_1) W_2 + b_2, act = GELU (tanh form), ReLU or the identity
+    (activation "linear": MLP(h) = h W_1 W_2 + b_1 W_2 + b_2, an ablation of the nonlinearity).
+    With spec.mlp_center (an ablation) each token's hidden activation g_t (F units) is centred
+    over its units first, g_t - mean_f(g_tf) 1: this removes exactly the term
+    mean_f(g_tf) 1^T W_2, which is nearly the same vector for every token when the activation
+    has a nonzero mean (GELU's E[GELU(z)] = s^2 / sqrt(2 pi (1 + s^2)) for the exact GELU and
+    z ~ N(0, s^2); s^2 = 768 * 0.02^2 at BERT-base init gives 0.107), so it isolates that
+    shared output (docs/gallery.md, "6. Width")."""
+    act = {"gelu": jax.nn.gelu, "relu": jax.nn.relu, "linear": lambda g: g}[spec.activation]
     g_BTF = act(h_BTD @ p["w1"] + p["b1"])
     if spec.mlp_center:
         g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
@@ -107,7 +117,13 @@ def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
     q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
     q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
     k = knobs["k_scale"] * k
-    w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
+    if spec.pattern == "softmax":
+        w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
+    else:  # a clamp: its full weights, built explicitly (simlab.core.patterns)
+        b, t, s = q.shape[0], q.shape[1], k.shape[1]
+        dtype = jnp.promote_types(q.dtype, jnp.float32)
+        beta = patterns.beta(spec.pattern, knobs).astype(dtype)
+        w = patterns.weights(spec.pattern, beta, b, spec.n_heads, t, s, spec.causal, dtype)
     k = k + knobs["k_shift"] * u_k_HK
     out = attention.attend(w, v, p["wo"], p["bo"])
     return Attn(
@@ -143,6 +159,26 @@ def tiled_attention(
     return Attn(rs.out + p["bo"], rs.entropy, rs.max, jnp.mean(q, axis=(0, 1)), k_mean, None)
 
 
+def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
+    """A clamped pattern (simlab.core.patterns) on the fast path: A V W_O, the row entropy and
+    maximum from the closed form in O(T D), no (B, H, T, S) array; the shaped queries and keys
+    give the same token means as on the softmax paths."""
+    q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
+    q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
+    beta = patterns.beta(spec.pattern, knobs).astype(jnp.promote_types(v.dtype, jnp.float32))
+    out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
+    shape = (q.shape[0], spec.n_heads, q.shape[1])
+    k_mean = knobs["k_scale"] * jnp.mean(k, axis=(0, 1)) + knobs["k_shift"] * u_k_HK
+    return Attn(
+        out + p["bo"],
+        jnp.broadcast_to(h_T, shape),
+        jnp.broadcast_to(max_T, shape),
+        jnp.mean(q, axis=(0, 1)),
+        k_mean,
+        None,
+    )
+
+
 def token_wise(spec: BlockSpec, p, x_BTD, attn_BTD, knobs):
     """Everything after the attention sub-layer (residuals, norms, MLP): token by token."""
     return BLOCKS[spec.kind].token_wise(spec, p, x_BTD, attn_BTD, knobs)
@@ -164,24 +200,45 @@ def identity(spec: BlockSpec, p, x_BTD):
     return x_BTD
 
 
-def _attention_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+# Each built-in kind as (y, MLP branch output) (`BlockKind.token_wise_mlp`); its token_wise is
+# the first element (XLA drops the unused second).
+def _attention_branches(spec, p, x_BTD, attn_BTD, knobs):
     h = knobs["attn_residual"] * x_BTD + attn_BTD
-    return knobs["mlp_residual"] * h + mlp(spec, p, h) if spec.mlp else h
+    if not spec.mlp:
+        return h, None
+    f = mlp(spec, p, h)
+    return knobs["mlp_residual"] * h + knobs["mlp_gain"] * f, f
 
 
-def _post_ln_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+def _post_ln_branches(spec, p, x_BTD, attn_BTD, knobs):
     h = ln1(spec, p, knobs["attn_residual"] * x_BTD + attn_BTD)
-    return ln2(spec, p, knobs["mlp_residual"] * h + mlp(spec, p, h)) if spec.mlp else h
+    if not spec.mlp:
+        return h, None
+    f = mlp(spec, p, h)
+    return ln2(spec, p, knobs["mlp_residual"] * h + knobs["mlp_gain"] * f), f
 
 
-def _pre_ln_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+def _pre_ln_branches(spec, p, x_BTD, attn_BTD, knobs):
     h = knobs["attn_residual"] * x_BTD + attn_BTD
-    return knobs["mlp_residual"] * h + mlp(spec, p, ln2(spec, p, h)) if spec.mlp else h
+    if not spec.mlp:
+        return h, None
+    f = mlp(spec, p, ln2(spec, p, h))
+    return knobs["mlp_residual"] * h + knobs["mlp_gain"] * f, f
 
 
-def _parallel_token_wise(spec, p, x_BTD, attn_BTD, knobs):
+def _parallel_branches(spec, p, x_BTD, attn_BTD, knobs):
     h = knobs["attn_residual"] * x_BTD + attn_BTD
-    return h + mlp(spec, p, ln1(spec, p, x_BTD)) if spec.mlp else h
+    if not spec.mlp:
+        return h, None
+    f = mlp(spec, p, ln1(spec, p, x_BTD))
+    return h + knobs["mlp_gain"] * f, f
+
+
+def _first(branches: Callable) -> Callable:
+    def token_wise(spec, p, x_BTD, attn_BTD, knobs):
+        return branches(spec, p, x_BTD, attn_BTD, knobs)[0]
+
+    return token_wise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +248,11 @@ class BlockKind:
     norm_before_projections: the projections see a norm of x, so layer 0's projections cannot
     be hoisted by linearity (simlab.core.lab). norm_after_attention: the token-wise part holds a
     LayerNorm even without the MLP (then it runs over tiles, like the MLP).
-    mlp_residual: the knob m scales a skip around the MLP (else m is inert for this kind)."""
+    mlp_residual: the knob m scales a skip around the MLP (else m is inert for this kind).
+    mlp_gain: token_wise multiplies the MLP branch's output by the knob mlp_gain (else it is
+    inert for this kind). token_wise_mlp (optional): (spec, p, x, attn, knobs) -> (y, the MLP
+    branch's output before its gain), the same y as token_wise; the metrics that read
+    `Layer.mlp` need it (without it they are refused for this kind)."""
 
     name: str
     attn_input: Callable
@@ -200,6 +261,8 @@ class BlockKind:
     norm_after_attention: bool
     formula: str
     mlp_residual: bool = True
+    mlp_gain: bool = False
+    token_wise_mlp: Callable | None = None
 
 
 def _check_kind(k: BlockKind) -> None:
@@ -222,6 +285,11 @@ def _check_kind(k: BlockKind) -> None:
                 "must be a non-empty string",
             ),
             "mlp_residual": (isinstance(k.mlp_residual, bool), "must be a bool"),
+            "mlp_gain": (isinstance(k.mlp_gain, bool), "must be a bool"),
+            "token_wise_mlp": (
+                k.token_wise_mlp is None or callable(k.token_wise_mlp),
+                "must be None or callable (spec, p, x, attn, knobs) -> (y, mlp)",
+            ),
         },
     )
 
@@ -239,35 +307,43 @@ for _kind in (
     BlockKind(
         "attention",
         identity,
-        _attention_token_wise,
+        _first(_attention_branches),
         False,
         False,
         "h = a x + Attn(x); y = m h + MLP(h)",
+        mlp_gain=True,
+        token_wise_mlp=_attention_branches,
     ),
     BlockKind(
         "post_ln",
         identity,
-        _post_ln_token_wise,
+        _first(_post_ln_branches),
         False,
         True,
         "h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
+        mlp_gain=True,
+        token_wise_mlp=_post_ln_branches,
     ),
     BlockKind(
         "pre_ln",
         ln1,
-        _pre_ln_token_wise,
+        _first(_pre_ln_branches),
         True,
         False,
         "h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
+        mlp_gain=True,
+        token_wise_mlp=_pre_ln_branches,
     ),
     BlockKind(
         "parallel",
         ln1,
-        _parallel_token_wise,
+        _first(_parallel_branches),
         True,
         False,
         "y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
         mlp_residual=False,
+        mlp_gain=True,
+        token_wise_mlp=_parallel_branches,
     ),
 ):
     BLOCKS.register(_kind, source=BUILTIN)
@@ -283,24 +359,34 @@ def layer_apply(
     tiling: tiled.Tiling | None = None,
     qkv_pre=None,
     attention_fn: Callable[[], Attn] | None = None,
+    keep_mlp: bool = False,
 ) -> Layer:
-    """One block. tiling None: the plain attention (the oracle), else the tiled one.
-    `qkv_pre` = (q, k, v) already projected (hoisted by the lab); `attention_fn()` replaces the
-    whole attention sub-layer (simlab.core.factored)."""
+    """One block. tiling None: the plain attention (the oracle), else the tiled one (or, for a
+    clamped pattern, its closed form). `qkv_pre` = (q, k, v) already projected (hoisted by the
+    lab); `attention_fn()` replaces the whole attention sub-layer (simlab.core.factored).
+    keep_mlp: also return the MLP branch's output (`Layer.mlp`; the kind's token_wise_mlp)."""
     if attention_fn is not None:
         at = attention_fn()
     else:
         q, k, v = qkv(p, attn_input(spec, p, x_BTD)) if qkv_pre is None else qkv_pre
-        at = (
-            plain_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK)
-            if tiling is None
-            else tiled_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK, tiling)
-        )
-    if tiling is None or not (spec.mlp or BLOCKS[spec.kind].norm_after_attention):
-        y = token_wise(spec, p, x_BTD, at.out, knobs)  # a x + attn: one elementwise pass
+        if tiling is None:
+            at = plain_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK)
+        elif spec.pattern != "softmax":
+            at = pattern_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK)
+        else:
+            at = tiled_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK, tiling)
+    kind = BLOCKS[spec.kind]
+    rest = kind.token_wise_mlp if keep_mlp else kind.token_wise
+
+    def tokens(x, a):  # the attention branch's gain g_A, then the rest of the layer
+        return rest(spec, p, x, knobs["attn_gain"] * a, knobs)
+
+    if tiling is None or not (spec.mlp or kind.norm_after_attention):
+        out = tokens(x_BTD, at.out)  # a x + attn: one elementwise pass
     else:
-        y = tiled.by_tokens(tiling, lambda xa: token_wise(spec, p, *xa, knobs), (x_BTD, at.out))
-    return Layer(x_BTD, at.out, y, at.row_entropy, at.row_max, at.q_mean, at.k_mean, at.full)
+        out = tiled.by_tokens(tiling, lambda xa: tokens(*xa), (x_BTD, at.out))
+    y, f = out if keep_mlp else (out, None)
+    return Layer(x_BTD, at.out, y, at.row_entropy, at.row_max, at.q_mean, at.k_mean, at.full, f)
 
 
 def stack_apply(
@@ -314,22 +400,35 @@ def stack_apply(
     tiling=None,
     qkv0=None,
     attention_fn0=None,
+    keep_mlp: bool = False,
 ):
     """Apply spec.depth layers (params stacked on a leading layer axis).
 
     Returns (y, observed) with observed = observe(layer) stacked over a leading layer axis.
-    `qkv0` optionally gives layer 0's hoisted projections and `attention_fn0` its attention
-    (see layer_apply). Layers 1.. run in a lax.scan.
+    `qkv0` optionally gives layer 0's hoisted projections and `attention_fn0` its attention,
+    keep_mlp the MLP branch's output of every layer (see layer_apply). Layers 1.. run in a
+    lax.scan.
     """
     first = jax.tree.map(lambda a: a[0], params)
-    l0 = layer_apply(spec, first, x_BTD, knobs, u_q_LHK[0], u_k_LHK[0], tiling, qkv0, attention_fn0)
+    l0 = layer_apply(
+        spec,
+        first,
+        x_BTD,
+        knobs,
+        u_q_LHK[0],
+        u_k_LHK[0],
+        tiling,
+        qkv0,
+        attention_fn0,
+        keep_mlp,
+    )
     obs0 = jax.tree.map(lambda a: a[None], observe(l0))
     if spec.depth == 1:
         return l0.y, obs0
 
     def body(x, layer):
         p, uq, uk = layer
-        lo = layer_apply(spec, p, x, knobs, uq, uk, tiling)
+        lo = layer_apply(spec, p, x, knobs, uq, uk, tiling, keep_mlp=keep_mlp)
         return lo.y, observe(lo)
 
     rest = jax.tree.map(lambda a: a[1:], (params, u_q_LHK, u_k_LHK))

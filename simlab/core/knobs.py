@@ -47,6 +47,33 @@ def _has_qk_norm(block, inputs) -> str | None:
     return None if block.qk_norm != "none" else "block.qk_norm is 'none'"
 
 
+def _reads_logits(block, inputs) -> str | None:
+    return (
+        None
+        if getattr(block, "pattern", "softmax") == "softmax"
+        else f"block.pattern {block.pattern!r} replaces the softmax of the logits"
+    )
+
+
+def _sharpens_a_pattern(block, inputs) -> str | None:
+    pattern = getattr(block, "pattern", "softmax")
+    return (
+        None
+        if pattern in ("shared", "token")
+        else f"block.pattern is {pattern!r}; pattern_beta sets the 'shared' and 'token' clamps"
+    )
+
+
+def _has_mlp_gain(block, inputs) -> str | None:
+    from simlab.core.block import BLOCKS
+
+    if not block.mlp:
+        return "block.mlp is false"
+    if not BLOCKS[block.kind].mlp_gain:
+        return f"block.kind {block.kind!r} does not read mlp_gain"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
     """One traced knob: default, allowed range [low, high] ((low, high] when open_low)."""
@@ -131,6 +158,7 @@ for _knob in (
         INF,
         "logits = q.k / (sqrt(d_head) * temperature)",
         open_low=True,
+        inert=_reads_logits,
     ),
     Knob("drift_norm", 0.0, 0.0, INF, "norm N of the common input bias b"),
     Knob(
@@ -144,6 +172,29 @@ for _knob in (
     Knob("attn_residual", 1.0, -INF, INF, "skip strength a around attention"),
     Knob("mlp_residual", 1.0, -INF, INF, "skip strength m around the MLP", inert=_has_mlp_skip),
     Knob("qk_norm_gain", 1.0, 0.0, INF, "gain after QK-norm", inert=_has_qk_norm),
+    Knob(
+        "attn_gain",
+        1.0,
+        -INF,
+        INF,
+        "gain g_A of the attention branch: h = a x + g_A Attn(x) (0: the branch off)",
+    ),
+    Knob(
+        "mlp_gain",
+        1.0,
+        -INF,
+        INF,
+        "gain g_M of the MLP branch: y = m h + g_M MLP(h) (0: the branch off)",
+        inert=_has_mlp_gain,
+    ),
+    Knob(
+        "pattern_beta",
+        0.0,
+        0.0,
+        INF,
+        "sharpness of a clamped pattern: weight e^beta / (e^beta + n - 1) on the target key",
+        inert=_sharpens_a_pattern,
+    ),
 ):
     KNOBS.register(_knob, source=BUILTIN)
 

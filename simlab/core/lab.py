@@ -14,9 +14,12 @@ simlab.core.factored). The attention runs in tiles (simlab.core.tiled; `Lab.tili
 sizes alone) on every engine path. Lab(hoist=False, factor=False, tiled=False) is the plain
 path: the same math with nothing hoisted and the full attention weights (the oracle).
 
+A clamped attention pattern (`BlockSpec.pattern`, simlab.core.patterns) has no logits to factor:
+its layer 0 runs hoisted (projections per seed) with A V from the closed form, O(T D) a point.
+
 The protocol the sweep engine relies on is `LabProtocol` (seed_state, point, metric_names;
-optionally identity, check_knobs, default_micro_batch, point_bytes): run_sweep(lab=...) runs any
-object that has it.
+optionally identity, check_knobs, default_micro_batch, point_bytes, covariates): run_sweep(lab=...)
+runs any object that has it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from simlab.core import attention, block, factored, inputs
 from simlab.core.init import draws, init_params, param_shapes
@@ -55,7 +59,11 @@ class LabProtocol(Protocol):
           fingerprint, so a directory another lab wrote is refused instead of resumed or merged
           (without it, the class's qualified name and a sha256 of its module's source stand in);
       check_knobs(swept, fixed): raise ConfigError for knobs the model ignores;
-      default_micro_batch() -> int and point_bytes() -> int: sizes for the chunk layout.
+      default_micro_batch() -> int and point_bytes() -> int: sizes for the chunk layout;
+      covariates(state) -> {name: array}: per-seed statistics of a concrete seed state (e.g.
+          of the weights, one value per layer; numpy is fine, it is not traced), computed once
+          per seed at the merge and stored with the results as seed-only arrays
+          (`Results.covariates`); not fingerprinted.
     """
 
     metric_names: tuple[str, ...]
@@ -101,7 +109,26 @@ class Lab:
             hoist and not BLOCKS[block.kind].norm_before_projections and not inputs.normalize
         )
         self.tiled = tiled and not needs_full_weights(names)
-        self.factor = factor and self.hoist and self.tiled and block.qk_norm == "none"
+        self.factor = (
+            factor
+            and self.hoist
+            and self.tiled
+            and block.qk_norm == "none"
+            and block.pattern == "softmax"  # a clamp has no logits to factor
+        )
+        # metrics reading the MLP branch's output (Layer.mlp) need a kind that exposes it
+        mlp_readers = [n for n in names if "mlp" in METRICS[n].reads]
+        self.keep_mlp = bool(mlp_readers)
+        if mlp_readers and not block.mlp:
+            raise ConfigError(
+                f"sweep.metrics: {', '.join(mlp_readers)} read the MLP branch's output, and "
+                "block.mlp is false"
+            )
+        if mlp_readers and BLOCKS[block.kind].token_wise_mlp is None:
+            raise ConfigError(
+                f"sweep.metrics: {', '.join(mlp_readers)} read the MLP branch's output, which "
+                f"block.kind {block.kind!r} does not expose (BlockKind.token_wise_mlp)"
+            )
         self.tiling = (
             choose_tiling(inputs.batch, inputs.length, block.n_heads, inputs.length, tile_elements)
             if self.tiled
@@ -229,8 +256,42 @@ class Lab:
             self.tiling,
             qkv0,
             attention_fn0,
+            self.keep_mlp,
         )
         return obs if self.block.depth > 1 else jax.tree.map(lambda a: a[0], obs)
+
+    def covariates(self, state) -> dict[str, np.ndarray]:
+        """Per-seed statistics of the weights that closed forms use, one value per layer
+        (depth,), u_b the seed's unit drift direction (simlab.core.inputs):
+          drift_vo   |u_b W_V W_O|^2 / |u_b|^2, W_V W_O = sum_h W_V,h W_O,h the value-output
+                     map D -> D: how much of a drift N u_b the attention branch passes on
+                     (rows of A sum to 1, so a common N u_b in every token gives the common
+                     output N u_b W_V W_O);
+          drift_q    |u_b W_Q|^2 summed over heads: the squared mean query per unit drift, whose
+                     j-dependent logit term N (u_b W_Q) . k_j makes a shared pattern
+                     (docs/design.md, "The physics in one paragraph");
+          mlp_shared |1^T W_2|^2 / F (F hidden units; with the MLP only): a hidden activation
+                     with mean gbar over the units gives every token gbar 1^T W_2, the shared
+                     output of simlab.theory.mlp_mean_gain (c = 4 d^2 sigma_w^2 there is the
+                     expectation of F mlp_shared).
+        Computed in float64 numpy from a concrete seed state (not traced: a few products of
+        the weights, so no program to compile)."""
+        p = {
+            k: np.asarray(state["params"][k], np.float64)
+            for k in ("wq", "wv", "wo", "w2")
+            if k in state["params"]
+        }
+        u_D = np.asarray(state["comps"]["u_b"], np.float64).reshape(-1)
+        u_D = u_D / np.linalg.norm(u_D)
+        uvo_LD = np.einsum("lhk,lhkd->ld", np.einsum("d,ldhk->lhk", u_D, p["wv"]), p["wo"])
+        out = {
+            "drift_vo": np.sum(uvo_LD * uvo_LD, axis=-1),
+            "drift_q": np.sum(np.einsum("d,ldhk->lhk", u_D, p["wq"]) ** 2, axis=(1, 2)),
+        }
+        if self.block.mlp:
+            w2_LD = np.sum(p["w2"], axis=1)
+            out["mlp_shared"] = np.sum(w2_LD * w2_LD, axis=-1) / p["w2"].shape[1]
+        return out
 
     def _observe(self, layer: block.Layer):
         return layer_metrics(self.metric_names, self.block.causal, layer)

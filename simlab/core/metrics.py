@@ -9,8 +9,11 @@ counts in the n (n - 1) pairs (so n zero vectors give 0, not NaN).
 The metrics are one registry, METRICS: name -> Metric(function of the layer, the `Layer`
 fields it reads, its definition, its exact range, whether it is computed by default), read
 live. A metric reading "full" (the full attention weights) makes the Lab take the plain path;
-none does today. A new metric is one `register_metric` call, in simlab or in a plugin
-(docs/extending.md).
+none does today; a metric reading "mlp" (the MLP branch's output) makes the Lab keep it.
+The decomposition metrics (within-sequence gain, the branches' own cosines) are registered
+with default=False: a sweep computes them where `sweep.metrics` names them, so the default
+metric set, and with it the fingerprints of earlier results, stays as it was. A new metric is
+one `register_metric` call, in simlab or in a plugin (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -119,6 +122,12 @@ def residual_ratio(a_BTD, x_BTD):
     na = jnp.linalg.norm(a_BTD / m, axis=-1)
     nx = jnp.linalg.norm(x_BTD / m, axis=-1)
     return jnp.mean(jnp.where(nx > 0, na / jnp.where(nx > 0, nx, 1.0), 0.0))
+
+
+def token_cos(a_BTD, x_BTD):
+    """mean_i cos(a_i, x_i) over all B * T tokens: how much of each token's own direction a
+    branch's output a_i carries (a zero vector has cosine 0 with everything)."""
+    return jnp.mean(jnp.sum(unit_vectors(a_BTD) * unit_vectors(x_BTD), axis=-1))
 
 
 def qk_drift(q_BTHK, k_BSHK):
@@ -234,6 +243,34 @@ for _metric in (
         ("y", "x"),
         "out_cos - input_cos: the anisotropy the block adds to its input",
         (-2.0, 2.0),
+    ),
+    Metric(
+        "out_cos_within_gain",
+        lambda c: c.cos("y")[1] - c.cos("x")[1],
+        ("y", "x"),
+        "out_cos_within - input_cos_within: the within-sequence anisotropy the block adds",
+        (-2.0, 2.0),
+        default=False,
+    ),
+    Metric(
+        "attn_x_cos",
+        lambda c: token_cos(c.layer.attn, c.layer.x),
+        ("attn", "x"),
+        "mean over tokens of cos(Attn_i, x_i): the attention branch against its own token",
+        (-1.0, 1.0),
+        default=False,
+    ),
+    Metric(
+        "mlp_x_cos",
+        lambda c: token_cos(c.layer.mlp, c.layer.x),
+        ("mlp", "x"),
+        "mean over tokens of cos(MLP_i, x_i): the MLP branch against the layer input's token",
+        (-1.0, 1.0),
+        default=False,
+    ),
+    *(
+        dataclasses.replace(m, default=False)
+        for m in _cos_metrics("mlp", "mlp", "the MLP branch's output (before mlp_gain)")
     ),
     Metric(
         "attn_entropy",

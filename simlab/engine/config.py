@@ -91,7 +91,7 @@ LEGACY_KNOBS = (
 # Fields added after results were committed: left out of the fingerprint while at this default,
 # so results computed before the field existed keep their fingerprint (and still reload).
 ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "block": {"mlp_center": False, "qk_weights": "random"},
+    "block": {"mlp_center": False, "qk_weights": "random", "pattern": "softmax"},
     "inputs": {"normalize": False},
     "sweep": {"first_seed": 0, "dtype": "float32"},
 }

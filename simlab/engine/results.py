@@ -2,9 +2,19 @@
 
 Layout of an output directory:
   results.npz   one array per metric, shape (*axes, seeds[, layer]), plus one coordinate array
-                per axis stored under the key "axis:<name>".
+                per axis stored under the key "axis:<name>", and the per-seed covariates of
+                the lab (LabProtocol.covariates) under "cov:<name>", shape (seeds[, layer]).
   meta.json     the full resolved config, versions, devices, wall time, points per second;
-                meta["axes"] is a list of {"name", "knobs", "space", "values"} in axis order.
+                meta["axes"] is a list of {"name", "knobs", "space", "values"} in axis order;
+                meta["covariates"] the dimension names of each covariate.
+
+Confidence intervals (`Results.ci`, `seed_ci`): seeds are independent replicas (every random
+number of a seed comes from its own key; docs/design.md, "Random numbers: common random
+numbers"), so a seed mean has the Student-t interval mean +- t_{(1+level)/2, n-1} s / sqrt(n)
+(s the sample standard deviation, ddof 1). Within a seed every grid point sees the same
+weights and tokens, so a difference of two metrics or of two points is paired by seed: its
+interval is the interval of the per-seed differences (pass the array). docs/config.md,
+"Confidence intervals".
 """
 
 from __future__ import annotations
@@ -24,6 +34,57 @@ import numpy as np
 from simlab.errors import ResultsError, StorageError
 
 AXIS_PREFIX = "axis:"
+COV_PREFIX = "cov:"
+XARRAY_COV_PREFIX = "cov_"  # netCDF names allow no ':'; attrs["simlab_covariates"] lists them
+CI_METHODS = ("t", "bootstrap")
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0  # a fixed RNG seed: the same interval every time it is computed
+
+
+def seed_ci(
+    x,
+    axis: int,
+    level: float = 0.95,
+    method: str = "t",
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    rng_seed: int = BOOTSTRAP_SEED,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) of a `level` confidence interval for the mean over `axis` (the seeds).
+
+    method "t": mean -+ t_{(1+level)/2, n-1} s / sqrt(n), s with ddof 1 (Student 1908): exact
+    for normal replicas, and the honest width with few seeds (t_{0.975, 1} = 12.7 for 2 seeds).
+    method "bootstrap": the percentile bootstrap of the mean, `resamples` resamples of the n
+    seeds with replacement from np.random.default_rng(rng_seed) (Efron & Tibshirani 1993, ch.
+    13); it assumes nothing about the shape but is too narrow with few seeds (n = 3 has 10
+    distinct resamples). Fewer than 2 seeds: NaN bounds. NaNs propagate."""
+    if method not in CI_METHODS:
+        raise ValueError(f"ci: method {method!r} is not one of {', '.join(CI_METHODS)}")
+    if not 0.0 < float(level) < 1.0:
+        raise ValueError(f"ci: level {level!r} must be in (0, 1)")
+    x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    n = x.shape[-1]
+    mean = np.mean(x, axis=-1)
+    if n < 2:
+        nan = np.full(mean.shape, np.nan)
+        return nan, nan.copy()
+    if method == "t":
+        from scipy import stats
+
+        half = stats.t.ppf(0.5 + level / 2.0, n - 1) * np.std(x, axis=-1, ddof=1) / np.sqrt(n)
+        return mean - half, mean + half
+    rng = np.random.default_rng(rng_seed)
+    # resample weights: counts of each seed in each resample / n  -> (n, resamples)
+    idx = rng.integers(0, n, (resamples, n))
+    w = np.zeros((resamples, n))
+    np.add.at(w, (np.arange(resamples)[:, None], idx), 1.0 / n)
+    w = w.T
+    flat = x.reshape(-1, n)
+    lo, hi = np.empty(flat.shape[0]), np.empty(flat.shape[0])
+    step = max(1, (1 << 22) // resamples)  # rows per block: ~32 MiB of resampled means
+    q = [50.0 * (1.0 - level), 50.0 * (1.0 + level)]
+    for i in range(0, flat.shape[0], step):
+        lo[i : i + step], hi[i : i + step] = np.percentile(flat[i : i + step] @ w, q, axis=-1)
+    return lo.reshape(mean.shape), hi.reshape(mean.shape)
 
 
 @dataclasses.dataclass
@@ -33,12 +94,15 @@ class Results:
     axes: ordered name -> coordinates (1-D arrays), in the order of the metric array dims.
     metrics: name -> array of shape (*axes, seeds[, layer]).
     meta: the parsed meta.json.
+    covariates: name -> seed-only array (seeds[, layer]) of the lab's per-seed statistics
+    (simlab.core.lab.Lab.covariates; empty for a lab without them and for older results).
     """
 
     axes: OrderedDict[str, np.ndarray]
     metrics: dict[str, np.ndarray]
     meta: dict[str, Any]
     path: Path | None = dataclasses.field(default=None, compare=False)
+    covariates: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def seed_axis(self) -> int:
@@ -74,6 +138,23 @@ class Results:
     def sem(self, metric: str) -> np.ndarray:
         """Standard error of the seed mean."""
         return self.std(metric) / np.sqrt(self.n_seeds)
+
+    def ci(
+        self, metric, level: float = 0.95, method: str = "t", **kw
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) of the `level` confidence interval of the seed mean, shape
+        (*axes[, layer]) (`seed_ci`: Student t by default, or method="bootstrap").
+
+        metric: a metric's name, or any array with the seed axis at `seed_axis` (a derived
+        quantity, e.g. r["out_cos"] - r["input_cos"] or the difference of two grid points:
+        paired by seed, since every point of a seed sees the same weights and tokens)."""
+        x = self[metric] if isinstance(metric, str) else np.asarray(metric)
+        return seed_ci(x, self.seed_axis, level, method, **kw)
+
+    def ci_half_width(self, metric, level: float = 0.95, **kw) -> np.ndarray:
+        """Half the width of `ci` (the +- of "mean +- half-width")."""
+        lo, hi = self.ci(metric, level, **kw)
+        return 0.5 * (hi - lo)
 
     # ------------------------------------------------------------------ how it shows itself
     def dims(self, metric: str) -> list[str]:
@@ -117,6 +198,12 @@ class Results:
             lines.append(
                 f"  {k}: {' x '.join(map(str, x.shape))} ({', '.join(self.dims(k))}), {rng}"
             )
+        for k, x in self.covariates.items():
+            x = np.asarray(x)
+            lines.append(
+                f"  covariate {k}: {' x '.join(map(str, x.shape))} "
+                f"({', '.join(self.covariate_dims(k))}), {x.min():.4g} .. {x.max():.4g}"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -143,11 +230,30 @@ class Results:
                 if d not in coords:
                     coords[d] = np.arange(n, dtype=np.int32)
             data[k] = (dims, np.asarray(x))
+        cov_vars = {}
+        for k, x in self.covariates.items():  # seed-only variables
+            dims = self.covariate_dims(k)
+            for d, n in zip(dims, x.shape):
+                if d not in coords:
+                    coords[d] = np.arange(n, dtype=np.int32)
+            cov_vars[XARRAY_COV_PREFIX + k] = k
+            data[XARRAY_COV_PREFIX + k] = (dims, np.asarray(x))
         attrs = {
             "simlab_meta": json.dumps(self.meta, default=_json_default),
             "simlab_axes": json.dumps(list(self.axes)),
         }
+        if cov_vars:
+            attrs["simlab_covariates"] = json.dumps(cov_vars)
         return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    def covariate_dims(self, name: str) -> list[str]:
+        """The dimension names of a covariate: "seed", then "layer" (or meta's own)."""
+        x = self.covariates[name]
+        named = self.meta.get("covariates", {}).get(name)
+        if named is not None and len(named) == x.ndim:
+            return list(named)
+        extra = x.ndim - 1
+        return ["seed"] + (["layer"] if extra == 1 else [f"dim{i}" for i in range(extra)])
 
     def sel(self, coords: Mapping[str, Any] | None = None, **kw):
         """xarray-style selection by coordinate (nearest): a Dataset (needs xarray). Axes as
@@ -245,16 +351,18 @@ def save(
     axes: OrderedDict[str, np.ndarray],
     metrics: dict[str, np.ndarray],
     meta: dict[str, Any],
+    covariates: dict[str, np.ndarray] | None = None,
 ) -> Results:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arrays = {AXIS_PREFIX + k: np.asarray(v) for k, v in axes.items()}
     arrays.update({k: np.asarray(v) for k, v in metrics.items()})
+    arrays.update({COV_PREFIX + k: np.asarray(v) for k, v in (covariates or {}).items()})
     atomic_save_npz(out / "results.npz", arrays)
     atomic_write_bytes(
         out / "meta.json", json.dumps(meta, indent=2, default=_json_default).encode()
     )
-    return Results(OrderedDict(axes), dict(metrics), meta, out)
+    return Results(OrderedDict(axes), dict(metrics), meta, out, dict(covariates or {}))
 
 
 def _json_default(o):
@@ -300,6 +408,9 @@ def load(path: str | os.PathLike) -> Results:
     found = [k[len(AXIS_PREFIX) :] for k in arrays if k.startswith(AXIS_PREFIX)]
     order = [n for n in order if n in found] + [n for n in found if n not in order]
     axes = OrderedDict((n, arrays.pop(AXIS_PREFIX + n)) for n in order)
+    covariates = {
+        k[len(COV_PREFIX) :]: arrays.pop(k) for k in list(arrays) if k.startswith(COV_PREFIX)
+    }
     shape = tuple(len(v) for v in axes.values())
     for k, v in arrays.items():  # (*axes, ...), an axis of size 1 broadcasting
         if v.ndim < len(shape) or any(n not in (m, 1) for n, m in zip(v.shape, shape)):
@@ -310,7 +421,7 @@ def load(path: str | os.PathLike) -> Results:
     if not arrays or not axes:
         raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
     check_written_by(d, meta)
-    return Results(axes, arrays, meta, d)
+    return Results(axes, arrays, meta, d, covariates)
 
 
 def check_written_by(d: Path, meta: Mapping[str, Any]) -> None:
@@ -379,5 +490,7 @@ def from_xarray(ds) -> Results:
     meta = json.loads(ds.attrs["simlab_meta"])
     names = json.loads(ds.attrs.get("simlab_axes", "[]"))
     axes = OrderedDict((n, np.asarray(ds[n].values, np.float64)) for n in names)
-    metrics = {k: np.asarray(v.values) for k, v in ds.data_vars.items()}
-    return Results(axes, metrics, meta)
+    cov_vars = json.loads(ds.attrs.get("simlab_covariates", "{}"))
+    metrics = {k: np.asarray(v.values) for k, v in ds.data_vars.items() if k not in cov_vars}
+    covariates = {name: np.asarray(ds[var].values) for var, name in cov_vars.items()}
+    return Results(axes, metrics, meta, covariates=covariates)

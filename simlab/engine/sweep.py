@@ -58,6 +58,7 @@ from simlab.engine.compile import (
     local_devices,
 )
 from simlab.engine.config import SweepConfig, fingerprint, load_config, read_toml
+from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.engine.schedule import Writer, check_worker, wait_for_results
 from simlab.engine.store import (
     ChunkStore,
@@ -464,6 +465,7 @@ def compute(
         raise RuntimeError(f"sweep: {left} points still missing before the merge")
 
     metrics = merge(store, cfg, layout, names)
+    cov = seed_covariates(lab, st.base_seed, st.seeds, st.matmul_precision, runner.compiled_state)
     axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
     meta = {
         "config": resolved,
@@ -492,9 +494,11 @@ def compute(
         else None,
         "wall_time_s": time.perf_counter() - t0,
     }
+    if cov:
+        meta["covariates"] = covariate_dims(cov)
     if out_dir is None:
-        return results.Results(axes, metrics, meta)
-    saved = results.save(out_dir, axes, metrics, meta)
+        return results.Results(axes, metrics, meta, covariates=cov)
+    saved = results.save(out_dir, axes, metrics, meta, cov)
     coord.tidy()
     return saved
 

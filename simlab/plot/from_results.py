@@ -18,7 +18,7 @@ from simlab.engine import refine
 from simlab.engine.select import axis_is_log, nearest
 from simlab.errors import ConfigError
 from simlab.plot.axes import save_figure
-from simlab.plot.lines import curves
+from simlab.plot.lines import curves, seed_band
 from simlab.plot.phase import phase_diagram
 from simlab.plot.refined import plot_refined
 
@@ -128,8 +128,9 @@ def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | No
 
 
 def _reduce(results, arr: np.ndarray, idx, x: str, y: str | None, layer, what: str):
-    """Seed mean and std (ddof=1) of arr at idx, as (len(y), len(x)) or (len(x),), plus the
-    layer used (None when arr has no layer axis)."""
+    """Seed mean of arr at idx, as (len(y), len(x)) or (len(x),), the seed values there (the
+    same shape plus a trailing seed axis), and the layer used (None when arr has no layer
+    axis)."""
     n_axes = len(results.axes)
     if arr.ndim == n_axes + 2:
         n_layers = arr.shape[-1]
@@ -146,10 +147,9 @@ def _reduce(results, arr: np.ndarray, idx, x: str, y: str | None, layer, what: s
         )
     sub = arr[idx + (slice(None),)]  # remaining dims: x/y in axes order, seeds
     mean = sub.mean(axis=-1)
-    std = sub.std(axis=-1, ddof=1) if sub.shape[-1] > 1 else np.zeros_like(mean)
     if y is not None and list(results.axes).index(y) > list(results.axes).index(x):
-        mean, std = mean.T, std.T  # -> (len(y), len(x))
-    return mean, std, l
+        mean, sub = mean.T, np.swapaxes(sub, 0, 1)  # -> (len(y), len(x))
+    return mean, sub, l
 
 
 def _tiny_range_note(metric: str, z: np.ndarray, vmin, vmax) -> str:
@@ -214,11 +214,15 @@ def plot_results(
     vmin=None,
     vmax=None,
     warn=None,
+    band="ci",
+    level=0.95,
 ):
     """Plot one metric of a finished sweep.
 
     2-D (y given): phase diagram of the seed mean of `metric` over axes x and y; 1-D (y None):
-    the seed mean against x with a -+1 std band (ddof=1; no band for a single seed).  Every
+    the seed mean against x with a band (simlab.plot.lines.seed_band): band "ci" (default) the
+    Student-t confidence interval of the mean at `level`, "std" -+1 std (ddof=1), "sem" -+1
+    standard error, "none"; no band for a single seed.  Every
     other axis is fixed by select={axis: value} (the nearest coordinate on the axis's own scale,
     simlab.engine.select.nearest); an unselected extra axis
     with more than one value is an error.  For metrics with a layer axis `layer` picks one
@@ -257,7 +261,7 @@ def plot_results(
     if layer is not None and arr.ndim != len(results.axes) + 2:
         raise ConfigError(f"metric {metric!r} has no layer axis; drop the layer")
     idx, fixed = _select_index(results, x, y, select)
-    mean, std, l = _reduce(results, arr, idx, x, y, layer, f"metric {metric!r}")
+    mean, sub, l = _reduce(results, arr, idx, x, y, layer, f"metric {metric!r}")
     n_seeds = arr.shape[len(results.axes)]
 
     z_label = metric + ("" if l is None else f" (layer {l})")
@@ -265,11 +269,14 @@ def plot_results(
         title = _default_title(results, z_label, n_seeds, fixed)
     xc = np.asarray(results.axes[x], dtype=float)
     if y is None:
-        band = std if n_seeds > 1 else None
-        label = z_label + (" (seed mean \u00b1 1 std)" if band is not None else " (seed mean)")
+        try:
+            mean, lohi, what = seed_band(sub, band, level)
+        except ValueError as e:
+            raise ConfigError(f"--band: {e}") from None
+        label = f"{z_label} ({what})"
         fig, ax = curves(
             xc,
-            {label: (mean, band)},
+            {label: (mean, lohi)},
             x_label=_axis_label(results, x),
             y_label=metric,
             x_log=axis_is_log(results, x),

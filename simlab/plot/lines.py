@@ -1,4 +1,5 @@
-"""Curves: lines with shaded bands (a seed std or a (lo, hi) range) and theory overlays."""
+"""Curves: lines with shaded bands (a seed confidence interval, std or sem, or any (lo, hi)
+range) and theory overlays."""
 
 from __future__ import annotations
 
@@ -6,6 +7,29 @@ import numpy as np
 
 from simlab.engine.select import is_log_spaced
 from simlab.plot.axes import new_ax, overlay_theory
+
+# What a band around a seed mean shows (`seed_band`; `simlab plot --band`)
+BANDS = ("ci", "std", "sem", "none")
+
+
+def seed_band(values, band: str = "ci", level: float = 0.95):
+    """(mean, (lo, hi) or None, label) of seed replicas `values` (seeds on the last axis):
+    "ci" the Student-t confidence interval of the mean at `level` (simlab.engine.results.seed_ci),
+    "std" mean -+ 1 standard deviation (ddof 1), "sem" -+ 1 standard error, "none" no band. No
+    band for a single seed. The label says what the band is, for a legend or an axis."""
+    from simlab.engine.results import seed_ci
+
+    if band not in BANDS:
+        raise ValueError(f"band {band!r} is not one of {', '.join(BANDS)}")
+    v = np.asarray(values, dtype=float)
+    n = v.shape[-1]
+    mean = v.mean(axis=-1)
+    if band == "none" or n < 2:
+        return mean, None, "seed mean"
+    if band == "ci":
+        return mean, seed_ci(v, -1, level), f"seed mean \u00b1 {100 * level:g}% CI, t, {n} seeds"
+    s = v.std(axis=-1, ddof=1) / (np.sqrt(n) if band == "sem" else 1.0)
+    return mean, (mean - s, mean + s), f"seed mean \u00b1 1 {band}, {n} seeds"
 
 
 def _band(mean: np.ndarray, band) -> tuple[np.ndarray, np.ndarray] | None:

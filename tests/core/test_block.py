@@ -10,6 +10,7 @@ by up to ~1e-3, far above the tolerances here).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -18,13 +19,13 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from simlab.core import block
+from simlab.core import block, tiled
 from simlab.core.init import init_params, layer
 from simlab.core.knobs import knob_defaults
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
 
-from conftest import np_gelu_tanh, np_layer
+from conftest import np_gelu_tanh, np_layer, np_pattern_weights
 
 B, T, D, H = 2, 8, 32, 4
 K = D // H
@@ -68,6 +69,8 @@ KNOBS = dict(
     attn_residual=0.7,
     mlp_residual=1.6,
     qk_norm_gain=1.2,
+    attn_gain=0.6,
+    mlp_gain=1.4,
 )
 
 
@@ -88,6 +91,8 @@ CASES = [  # kind, mlp, activation, causal, qk_norm
     ("parallel", True, "relu", True, "layernorm"),
     ("attention", False, "gelu", False, "none"),  # attention only
     ("attention", True, "relu", True, "none"),
+    ("post_ln", True, "linear", False, "none"),  # the identity activation (an ablation)
+    ("parallel", True, "linear", True, "none"),
 ]
 
 
@@ -133,11 +138,104 @@ def test_layer_apply_vs_numpy(kind, mlp, act, causal, qk_norm, center):
     ):
         np.testing.assert_allclose(np.asarray(g), want, rtol=5e-5, atol=5e-5, err_msg=name)
     np.testing.assert_array_equal(np.asarray(got.x), np.asarray(x))
-    # the residual strengths really enter: a = 1, m = 1 gives a different output
-    y1 = np_layer(
-        spec, p, x, knob_arrays(dict(KNOBS, attn_residual=1.0, mlp_residual=1.0)), u_q, u_k
-    )[0]
-    assert np.max(np.abs(y1 - y)) > 1e-2
+    # the residual strengths and the branch gains really enter: each changes the output
+    for changed in (dict(attn_residual=1.0, mlp_residual=1.0), dict(attn_gain=1.0)) + (
+        (dict(mlp_gain=1.0),) if mlp else ()
+    ):
+        y1 = np_layer(spec, p, x, knob_arrays(dict(KNOBS, **changed)), u_q, u_k)[0]
+        assert np.max(np.abs(y1 - y)) > 1e-2, changed
+
+
+def test_branch_gains_switch_branches_off():
+    """Exact invariants of the gains: attn_gain = 0 makes the output independent of everything
+    the attention sees (here q_scale and the shifts: bit-identical y); mlp_gain = 0 with
+    m = 1 in the attention-only wiring gives exactly the block without an MLP; the branches'
+    own outputs (Layer.attn, Layer.mlp) are the ungained ones."""
+    spec = BlockSpec(kind="attention", d_model=D, n_heads=H, mlp_ratio=2, init="fan_in")
+    p = layer(nontrivial_params(spec, seed=5), 0)
+    x = normal(6, (B, T, D), 0.3)
+    u_q, u_k = unit_dirs(7, (H, K)), unit_dirs(8, (H, K))
+    run = jax.jit(block.layer_apply, static_argnums=(0, 6, 9))
+
+    def y_of(sp, **kn):
+        return run(sp, p, x, knob_arrays(kn), u_q, u_k, None, None, None, sp.mlp)
+
+    off = [y_of(spec, attn_gain=0.0, q_scale=s, q_shift=s) for s in (0.3, 7.0)]
+    np.testing.assert_array_equal(np.asarray(off[0].y), np.asarray(off[1].y))
+    assert np.max(np.abs(np.asarray(off[0].attn - off[1].attn))) > 1e-3  # attention did change
+    on = y_of(spec, q_scale=7.0, q_shift=7.0)
+    np.testing.assert_array_equal(np.asarray(on.attn), np.asarray(off[1].attn))
+    np.testing.assert_array_equal(
+        np.asarray(y_of(spec).mlp), np.asarray(y_of(spec, mlp_gain=3.0).mlp)
+    )
+    no_mlp = dataclasses.replace(spec, mlp=False)
+    np.testing.assert_array_equal(
+        np.asarray(y_of(spec, mlp_gain=0.0).y), np.asarray(y_of(no_mlp).y)
+    )
+
+
+SLOW = pytest.mark.slow
+PATTERN_CASES = [  # kind, pattern, causal, qk_norm (one case per clamp in the fast tier)
+    ("post_ln", "uniform", False, "none"),
+    ("post_ln", "shared", True, "none"),
+    ("post_ln", "token", False, "layernorm"),
+    pytest.param("pre_ln", "token", True, "none", marks=SLOW),
+    pytest.param("pre_ln", "shared", False, "rmsnorm", marks=SLOW),
+    pytest.param("parallel", "uniform", True, "none", marks=SLOW),
+    pytest.param("attention", "token", False, "none", marks=SLOW),
+    pytest.param("attention", "shared", False, "none", marks=SLOW),
+]
+
+
+@pytest.mark.parametrize("kind,pattern,causal,qk_norm", PATTERN_CASES)
+def test_pattern_layer_vs_numpy(kind, pattern, causal, qk_norm):
+    """A clamped pattern (simlab.core.patterns) on both paths against the float64 oracle with
+    the same weights: the plain path builds the full weights (compared with the definition,
+    np_pattern_weights), the fast path computes A V W_O, the entropy and the maximum from the
+    closed form; the output, the MLP branch's output, the row entropy (-sum w log w of the
+    numpy weights) and the row maximum agree; q/k keep the softmax path's shaped queries and
+    keys (the token means the q/k metrics read). Tolerance as test_layer_apply_vs_numpy."""
+    spec = BlockSpec(
+        kind=kind,
+        d_model=D,
+        n_heads=H,
+        mlp_ratio=2,
+        causal=causal,
+        qk_norm=qk_norm,
+        init="fan_in",
+        pattern=pattern,
+    ).validate()
+    p = layer(nontrivial_params(spec, seed=3), 0)
+    x = normal(2, (B, T, D), 0.5)
+    kn = knob_arrays(dict(KNOBS, pattern_beta=1.3))
+    u_q, u_k = unit_dirs(3, (H, K)), unit_dirs(4, (H, K))
+    y, attn, w, q, k, f = np_layer(spec, p, x, kn, u_q, u_k, with_mlp=True)
+    ent = -np.sum(np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0), axis=-1)
+    tol = dict(rtol=5e-5, atol=5e-5)
+    run = jax.jit(block.layer_apply, static_argnums=(0, 6, 9))
+    for tiling in (None, tiled.choose_tiling(B, T, H, T, budget=2 * H * T)):
+        got = run(spec, p, x, kn, u_q, u_k, tiling, None, None, True)
+        where = "plain" if tiling is None else "fast"
+        for name, g, want in (
+            ("y", got.y, y),
+            ("attn", got.attn, attn),
+            ("mlp", got.mlp, f),
+            ("entropy", got.row_entropy, ent),
+            ("max", got.row_max, w.max(-1)),
+            ("q_mean", got.q_mean, q.mean((0, 1))),
+            ("k_mean", got.k_mean, k.mean((0, 1))),
+        ):
+            np.testing.assert_allclose(np.asarray(g), want, err_msg=f"{where} {name}", **tol)
+        if tiling is None:
+            np.testing.assert_allclose(np.asarray(got.full.w), w, err_msg="weights", **tol)
+            np.testing.assert_allclose(
+                np.asarray(got.full.w[0, 0]),
+                np_pattern_weights(pattern, 1.3, T, causal),
+                err_msg="weights",
+                **tol,
+            )
+        else:
+            assert got.full is None
 
 
 @pytest.mark.slow

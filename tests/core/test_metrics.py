@@ -25,6 +25,7 @@ from conftest import (
     np_qk_drift,
     np_residual_ratio,
     np_stable_rank,
+    np_token_cos,
 )
 
 TOL = 1e-5
@@ -226,14 +227,24 @@ def test_qk_drift_shared_direction():
 
 def test_layer_metrics_selects_and_matches_pieces():
     r = rng(11)
-    x, attn, y = (jnp.asarray(r.standard_normal((2, 6, 8)), jnp.float32) for _ in range(3))
+    x, attn, y, f = (jnp.asarray(r.standard_normal((2, 6, 8)), jnp.float32) for _ in range(4))
+    x = x + 0.7  # some anisotropy (and correlation with the branches below)
+    attn, f = attn + 0.5 * x, f - 0.3 * x + 1.0
     w = jnp.asarray(_random_weights((2, 2, 6, 6), True, seed=3))
     q, k = (jnp.asarray(r.standard_normal((2, 6, 2, 4)), jnp.float32) for _ in range(2))
     from simlab.core.attention import row_entropy
     from simlab.core.block import Layer
 
     layer = Layer(
-        x, attn, y, row_entropy(w), jnp.max(w, -1), jnp.mean(q, (0, 1)), jnp.mean(k, (0, 1)), None
+        x,
+        attn,
+        y,
+        row_entropy(w),
+        jnp.max(w, -1),
+        jnp.mean(q, (0, 1)),
+        jnp.mean(k, (0, 1)),
+        None,
+        f,
     )
     layer_metrics = jax.jit(metrics.layer_metrics, static_argnums=(0, 1))
     out = layer_metrics(tuple(metrics.METRICS), True, layer)
@@ -247,6 +258,15 @@ def test_layer_metrics_selects_and_matches_pieces():
     np.testing.assert_allclose(float(out["qk_mean_cos"]), np_qk_drift(q, k)[2], atol=TOL)
     ratio = np_residual_ratio(attn, x)
     np.testing.assert_allclose(float(out["attn_residual_ratio"]), ratio, rtol=1e-5)
+    # the decomposition metrics: within-sequence gain, the branches against the input, the
+    # MLP branch's own anisotropy
+    within = np_anisotropy(y)[1] - np_anisotropy(x)[1]
+    np.testing.assert_allclose(float(out["out_cos_within_gain"]), within, atol=TOL)
+    np.testing.assert_allclose(float(out["attn_x_cos"]), np_token_cos(attn, x), atol=TOL)
+    np.testing.assert_allclose(float(out["mlp_x_cos"]), np_token_cos(f, x), atol=TOL)
+    for m, want in zip(("mlp_cos", "mlp_cos_within"), np_anisotropy(f)):
+        np.testing.assert_allclose(float(out[m]), want, atol=TOL)
+    assert abs(float(out["attn_x_cos"])) > 0.1 and abs(float(out["mlp_x_cos"])) > 0.1
     sub = layer_metrics(("attn_max",), True, layer)
     assert tuple(sub) == ("attn_max",) and float(sub["attn_max"]) == float(out["attn_max"])
 
@@ -261,3 +281,50 @@ def test_residual_ratio_zero_rows_and_huge_values():
     got = float(jax.jit(metrics.residual_ratio)(jnp.asarray(c * x), jnp.asarray(x)))
     np.testing.assert_allclose(got, (2.0 + 0.0 + 0.5 + 3.0) / 4, rtol=1e-6)
     np.testing.assert_allclose(got, np_residual_ratio(c * x.astype(np.float64), x), rtol=1e-6)
+
+
+def test_token_cos_conventions():
+    """cos(a_i, x_i) per token, averaged: 1 for a = c x (c > 0), -1 for c < 0, 0 where a_i or
+    x_i is zero (never NaN), exact at magnitudes whose squares overflow float32."""
+    x = np.ones((1, 4, 8), np.float32)
+    x[0, 3] *= 1e30
+    a = x * np.array([2.0, -1.0, 0.0, 1e-30], np.float32)[None, :, None]
+    got = float(jax.jit(metrics.token_cos)(jnp.asarray(a), jnp.asarray(x)))
+    np.testing.assert_allclose(got, (1 - 1 + 0 + 1) / 4, atol=1e-6)
+    np.testing.assert_allclose(got, np_token_cos(a, x), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_decomposition_metrics_conform():
+    """The metrics not computed by default (so not in the registry loops of
+    tests/core/test_numerics.py), through simlab.testing on every block kind, all in one
+    compiled call: the fast paths equal the plain oracle, float64 agrees, finite and inside
+    their bounds at the extreme knobs."""
+    from simlab import testing
+
+    names = [n for n, m in metrics.METRICS.items() if not m.default]
+    assert {"out_cos_within_gain", "attn_x_cos", "mlp_x_cos", "mlp_cos"} <= set(names)
+    testing.check_cases(testing.metric_cases(names), identity=False)
+
+
+def test_mlp_metrics_refused_without_an_mlp_output():
+    """A metric reading the MLP branch's output (Layer.mlp) is refused, naming it, where there
+    is none: block.mlp = false, or a block kind without token_wise_mlp (a plugin's)."""
+    import dataclasses
+
+    from simlab.core.block import BLOCKS
+    from simlab.core.lab import Lab
+    from simlab.core.spec import BlockSpec, InputSpec
+    from simlab.errors import ConfigError
+
+    i = InputSpec(kind="gaussian", batch=2, length=8)
+    with pytest.raises(ConfigError, match="mlp_x_cos read the MLP branch.*block.mlp is false"):
+        Lab(BlockSpec(d_model=16, n_heads=4, mlp=False), i, ("out_cos", "mlp_x_cos"))
+    kind = dataclasses.replace(BLOCKS["post_ln"], name="no_mlp_output", token_wise_mlp=None)
+    BLOCKS.register(kind)
+    try:
+        with pytest.raises(ConfigError, match="mlp_cos.*'no_mlp_output' does not expose"):
+            Lab(BlockSpec(kind="no_mlp_output", d_model=16, n_heads=4), i, ("mlp_cos",))
+        Lab(BlockSpec(kind="no_mlp_output", d_model=16, n_heads=4), i, ("out_cos",))
+    finally:
+        BLOCKS.unregister("no_mlp_output")

@@ -76,6 +76,13 @@ def test_info_finished_and_unfinished(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("simlab Results") and "versions: " in out and "jax" in out
     assert "chunks: " in out
+    # the seed means' confidence intervals: Student t over the 2 seeds, per metric
+    assert "95% CI of the seed mean (Student t, 2 seeds)" in out
+    res = simlab.load(PAPER)
+    h = res.ci_half_width("out_cos")
+    assert f"    out_cos: {np.median(h):.3g} / {h.max():.3g}" in out
+    assert main(["info", str(PAPER), "--level", "0.5"]) == 0
+    assert "50% CI of the seed mean" in capsys.readouterr().out
     cfg, run = cfg_file(tmp_path), tmp_path / "run"
     assert main(["sweep", str(cfg), "--out", str(run), "--quiet", "--worker", "0/2"]) == 0
     capsys.readouterr()

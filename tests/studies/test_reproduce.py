@@ -183,7 +183,18 @@ def test_paper_refined_is_the_paper_protocol_with_its_own_seed():
     assert mine not in seeds.values()
 
 
+def check_patterns(tmp_path):
+    # the two clamps, one sweep each on the same seeds: identical sharpness, recorded
+    # covariates, a paired difference with an interval
+    shared, token = (simlab.load(tmp_path / "data" / "patterns" / v) for v in ("shared", "token"))
+    np.testing.assert_array_equal(shared["attn_entropy"], token["attn_entropy"])
+    assert shared.meta["config"]["block"]["pattern"] == "shared"
+    assert set(shared.covariates) == {"drift_vo", "drift_q", "mlp_shared"}
+    np.testing.assert_array_equal(shared.covariates["drift_vo"], token.covariates["drift_vo"])
+
+
 SPECIFIC = {
+    "patterns": check_patterns,
     "paper": check_paper,
     "paper_refined": check_paper_refined,
     "mechanism_kshift": check_mechanism_kshift,

@@ -26,6 +26,9 @@ FIGURE_TYPES (docs/extending.md has a worked example):
            where the refinement's metric crosses its level (seed mean, with the band's
            crossings as a shaded range), `theory` overlays, and in the title the largest
            |y / y_theory - 1| of the first overlay; file `file`.
+
+The band of `curves` and `variants`: `band = true` (default) -+ 1 seed std, `"ci"` the 95%
+Student-t interval of the seed mean (simlab.engine.results.seed_ci), `false` none.
 Titles may use {<axis>} (the selected coordinate) and {spread} (`spread_along`: the largest
 change of `metric` along that axis, over all seeds).
 
@@ -85,6 +88,20 @@ def _cut(res: Results, metric: str, x: str, select: dict | None, stat: str):
     names = list(res.axes)
     sl = tuple(slice(None) if (a == x or a not in idx) else idx[a] for a in names)
     return arr[sl]
+
+
+def _band(res: Results, metric: str, x: str, select: dict | None, band):
+    """The band of a line: -+ 1 std (band true), the 95% t interval (lo, hi) ("ci"), or None."""
+    if band == "ci":
+        lo, hi = res.ci(metric)
+        idx = select_indices(res, select)
+        sl = tuple(slice(None) if (a == x or a not in idx) else idx[a] for a in res.axes)
+        return lo[sl], hi[sl]
+    return _cut(res, metric, x, select, "std") if band else None
+
+
+def _band_label(band) -> str:
+    return "seed mean +- 95% CI" if band == "ci" else "seed mean +- 1 std"
 
 
 def _format(text: str, res: Results, fig: dict, **values) -> str:
@@ -161,9 +178,9 @@ def curves(r: Run, name: str, fig: dict) -> list[Path]:
                 lines.append((label, m, select))
                 series[label] = (
                     _cut(res, m, x, select, "mean"),
-                    _cut(res, m, x, select, "std") if band else None,
+                    _band(res, m, x, select, band),
                 )
-        y_label = fig.get("y_label", f"{ms[0] if len(ms) == 1 else 'value'} (seed mean +- 1 std)")
+        y_label = fig.get("y_label", f"{ms[0] if len(ms) == 1 else 'value'} ({_band_label(band)})")
         what = _format(fig.get("title", ""), res, fig, metric=ms[0])
         f, ax = plot.curves(
             x_values,
@@ -258,10 +275,11 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
     meta = _common_meta([res.meta for _, res in runs])
     files = []
     for metric in fig["metrics"]:
+        band = fig.get("band", True)
         series = {
             ", ".join(v.labels.values()): (
                 _cut(res, metric, x, select, "mean"),
-                _cut(res, metric, x, select, "std") if fig.get("band", True) else None,
+                _band(res, metric, x, select, band),
             )
             for v, res in runs
         }
@@ -270,7 +288,7 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
             xs,
             series,
             x_label=fig.get("x_label", x),
-            y_label=f"{metric} (seed mean +- 1 std)",
+            y_label=f"{metric} ({_band_label(band)})",
             title=r.title(runs[0][1], what, meta),
             styles=styles,
         )

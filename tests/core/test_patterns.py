@@ -1,0 +1,227 @@
+"""Attention-pattern clamps (simlab.core.patterns, BlockSpec.pattern): the closed forms against
+float64 numpy weights built from the definition, the exact invariants (shared and token
+patterns share their row entropy at equal beta; beta = 0 is uniform), the fast path against the
+plain oracle Lab on every path, finite metrics at the extreme knobs, the knob rules, and that
+the fast path never forms a (B, H, T, S) array. The layer against the numpy block oracle with the
+same weights: tests/core/test_block.py, test_pattern_layer_vs_numpy."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from simlab import testing
+from simlab.core import patterns
+from simlab.core.lab import Lab, knob_arrays
+from simlab.core.metrics import METRICS
+from simlab.core.spec import BlockSpec, InputSpec
+from simlab.errors import ConfigError
+
+from conftest import np_pattern_weights
+
+BETAS = (0.0, 0.3, 1.0, 4.0, 30.0, 1e8)
+CLAMPED = ("uniform", "shared", "token")
+
+
+def np_entropy(w):
+    return -np.sum(np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0), axis=-1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("pattern", CLAMPED)
+def test_closed_forms_vs_float64_weights(pattern, causal):
+    """Under x64: the full weights equal the definition, each row sums to 1 and puts its
+    largest weight on the target; the closed-form entropy log(1 + r) + (n - 1) o beta and
+    maximum p equal -sum w log w and max_j w of those weights, to float64 rounding, for beta
+    from 0 to 1e8 (where e^beta overflows: the closed form never forms it)."""
+    t = 9
+    with jax.enable_x64(True):
+        for beta in BETAS:
+            b = jnp.float64(beta)
+            w = np.asarray(patterns.weights(pattern, b, 1, 1, t, t, causal, jnp.float64))[0, 0]
+            p, _, h = (
+                np.asarray(a)
+                for a in patterns.row_stats(
+                    patterns.beta(pattern, {"pattern_beta": b}),
+                    patterns.n_keys(t, t, causal, jnp.float64),
+                )
+            )
+            if beta < 700:  # the definition needs e^beta
+                np.testing.assert_allclose(w, np_pattern_weights(pattern, beta, t, causal), 1e-14)
+            np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-14)
+            np.testing.assert_allclose(h, np_entropy(w), rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(p, w.max(-1), rtol=1e-14)
+            if pattern == "uniform" or beta == 0:
+                n = np.arange(1, t + 1) if causal else np.full(t, t)
+                np.testing.assert_allclose(h, np.log(n), rtol=1e-14)
+            else:
+                target = np.arange(t) if pattern == "token" else np.zeros(t, int)
+                assert np.all(w[np.arange(t), target] == w.max(-1))
+
+
+def test_attend_closed_form_vs_full_weights():
+    """The O(T D) A V W_O (mean of the values plus the target's correction, cumulative under the
+    causal mask) equals the full weights' (w V) W_O in float64 numpy, for every clamp."""
+    r = np.random.default_rng(0)
+    b, t, h, k, d = 3, 7, 2, 3, 5
+    v = r.standard_normal((b, t, h, k))
+    wo = r.standard_normal((h, k, d))
+    with jax.enable_x64(True):
+        for pattern in CLAMPED:
+            for causal in (False, True):
+                for beta in (0.0, 0.7, 5.0):
+                    out, _, _ = patterns.attend(
+                        pattern, jnp.float64(0.0 if pattern == "uniform" else beta), v, wo, causal
+                    )
+                    w = np_pattern_weights(pattern, beta, t, causal)
+                    want = np.einsum("ts,bshk,hkd->btd", w, v, wo)
+                    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------ the Lab
+NAMES = tuple(METRICS)  # every metric, the decomposition ones included
+CASES = [
+    testing.Case(
+        testing.small_block(kind, causal=causal, qk_norm=qk, pattern=pattern),
+        testing.small_inputs(inputs),
+        NAMES,
+    )
+    for kind, causal, qk, pattern, inputs in (
+        ("post_ln", False, "none", "shared", "gaussian"),
+        ("post_ln", True, "none", "token", "embedding"),
+        ("attention", False, "none", "uniform", "gaussian"),
+        ("pre_ln", True, "layernorm", "shared", "gaussian"),
+        ("parallel", False, "none", "token", "rademacher"),
+    )
+]
+
+
+@pytest.mark.slow
+def test_fast_paths_equal_the_plain_oracle():
+    """The default Lab (hoisted projections where the block allows, the closed-form A V,
+    token-wise work in tiles; never factored: a clamp has no logits) against the plain oracle
+    Lab (full clamped weights), depth 2, every metric, at points that move beta, the gains and
+    the drift: within simlab.testing.PATH_TOL. At beta 1.5 and 6 the shared and token clamps
+    really are sharper than at 0 (not vacuous)."""
+    outs = testing.path_outputs(CASES)
+    for case, out in zip(CASES, outs):
+        lab = case.lab(**testing.PATHS["default"])
+        assert not lab.factor and lab.hoist == (case.block.kind in ("post_ln", "attention"))
+        for m, arr in out["default"].items():
+            np.testing.assert_allclose(
+                arr,
+                out["plain"][m],
+                rtol=testing.PATH_TOL,
+                atol=testing.PATH_TOL,
+                err_msg=f"{case.name} {case.block.pattern}: {m}",
+            )
+        h = out["plain"]["attn_entropy"][:, 0]
+        if case.block.pattern == "uniform":
+            np.testing.assert_allclose(h, 1.0, rtol=1e-6)
+        else:
+            assert h[0] > h[1] + 0.01 > h[2] + 0.02, h
+
+
+@pytest.mark.slow
+def test_float64_same_sample():
+    """Under jax.enable_x64 the clamped Lab draws the same sample, computes in float64 and
+    agrees with float32 within simlab.testing.X64_TOL."""
+    cases = CASES[:2]
+    f32 = testing.run_labs([c.lab(**testing.PATHS["default"]) for c in cases], cases)
+    for case, a, b in zip(cases, f32, testing.x64_outputs(cases)):
+        testing.assert_x64_agrees(case, a, b)
+        testing.assert_really_float64(case)
+
+
+@pytest.mark.slow
+def test_extreme_knobs_finite_and_in_bounds():
+    """Every metric finite and inside its bounds at the corners of the promised ranges, with
+    pattern_beta in {0, 1e8} (float32: e^-1e8 = 0, one-hot rows, no 0 * inf)."""
+    for case, out in zip(CASES, testing.extreme_outputs(CASES)):
+        assert any(p.get("pattern_beta") == 1e8 for p in testing.extreme_points(case)) == (
+            case.block.pattern != "uniform"
+        )
+        testing.assert_finite_and_in_bounds(case, out)
+
+
+@pytest.mark.slow
+def test_shared_and_token_differ_only_in_sharing():
+    """Same seed, same beta: the shared and token clamps have bit-identical attn_entropy and
+    attn_max (one closed form); at beta = 0 both equal the uniform clamp; sharpening the shared
+    pattern makes the attention output anisotropic, sharpening the token one does not."""
+    block = dict(kind="attention", d_model=16, n_heads=4, mlp=False, init="fan_in")
+    labs = {
+        p: Lab(BlockSpec(**block, pattern=p), InputSpec(kind="gaussian", batch=2, length=16))
+        for p in CLAMPED
+    }
+    betas = jnp.asarray([0.0, 1.0, 3.0, 8.0])
+    pts = {k: jnp.broadcast_to(v, betas.shape) for k, v in knob_arrays({}).items()}
+    pts["pattern_beta"] = betas
+    out = jax.jit(
+        lambda: {
+            p: jax.vmap(lab.point, in_axes=(None, 0))(lab.seed_state(jax.random.PRNGKey(3)), pts)
+            for p, lab in labs.items()
+        }
+    )()
+    for m in ("attn_entropy", "attn_max"):
+        np.testing.assert_array_equal(out["shared"][m], out["token"][m])
+    for p in ("shared", "token"):
+        for m in ("attn_cos", "attn_cos_within", "out_cos"):
+            np.testing.assert_allclose(out[p][m][0], out["uniform"][m][0], rtol=1e-6, atol=1e-6)
+    assert out["shared"]["attn_cos_within"][-1] > 0.9 > 0.2 > out["token"]["attn_cos_within"][-1]
+
+
+def test_knob_rules():
+    """pattern_beta is inert (sweeping or fixing it refused) for the softmax and the uniform
+    clamp; temperature is inert for every clamp (it only scales the logits); q_scale keeps its
+    effect (the q statistics); a bad pattern is a ConfigError naming the field."""
+    i = InputSpec(kind="gaussian", batch=2, length=8)
+    soft = Lab(BlockSpec(d_model=16, n_heads=4), i)
+    with pytest.raises(ConfigError, match="pattern_beta.*'softmax'"):
+        soft.check_knobs(["pattern_beta"], {})
+    with pytest.raises(ConfigError, match="pattern_beta.*'uniform'"):
+        Lab(BlockSpec(d_model=16, n_heads=4, pattern="uniform"), i).check_knobs(
+            [], {"pattern_beta": 1.0}
+        )
+    tok = Lab(BlockSpec(d_model=16, n_heads=4, pattern="token"), i)
+    tok.check_knobs(["pattern_beta", "q_scale", "attn_gain", "mlp_gain"], {})
+    with pytest.raises(ConfigError, match="temperature.*replaces the softmax"):
+        tok.check_knobs(["temperature"], {})
+    with pytest.raises(ConfigError, match="block.pattern: 'sharp' is not one of"):
+        BlockSpec(pattern="sharp").validate()
+    with pytest.raises(ConfigError, match="pattern_beta: -1.0 is outside"):
+        from simlab.core.knobs import check_knob
+
+        check_knob("pattern_beta", -1.0)
+
+
+def _shapes(jaxpr, out):
+    for eqn in jaxpr.eqns:
+        out.extend(tuple(v.aval.shape) for v in eqn.outvars if hasattr(v.aval, "shape"))
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (tuple, list)) else (p,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    _shapes(inner, out)
+    return out
+
+
+@pytest.mark.parametrize("pattern", CLAMPED)
+def test_fast_path_forms_no_query_key_array(pattern):
+    """The traced program of a default-Lab point with a clamp has no array with a query axis
+    and a key axis (T = S = 24, a size no other dimension has): A V comes from the closed form;
+    the softmax path (the control) does form them, tile by tile."""
+    t = 24
+    shapes = {}
+    for pat in (pattern, "softmax"):
+        lab = Lab(
+            BlockSpec(kind="post_ln", d_model=16, n_heads=4, mlp_ratio=2, causal=True, pattern=pat),
+            InputSpec(kind="gaussian", batch=2, length=t),
+        )
+        state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
+        jaxpr = jax.make_jaxpr(lab.point)(state, knob_arrays({}))
+        shapes[pat] = _shapes(jaxpr.jaxpr, [])
+    assert not [s for s in shapes[pattern] if s.count(t) >= 2], pattern
+    assert [s for s in shapes["softmax"] if s.count(t) >= 2]
