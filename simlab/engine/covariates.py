@@ -16,11 +16,12 @@ import numpy as np
 
 
 def seed_covariates(
-    lab, base_seed: int, seeds: int, precision: str = "highest", state_fn=None
+    lab, base_seed: int, seeds: int, precision: str = "highest", state_fn=None, first_seed: int = 0
 ) -> dict:
-    """name -> array (seeds, ...) of lab.covariates(lab.seed_state(key_s)) for every seed s;
-    {} for a lab without covariates. state_fn: the sweep's compiled seed_state when it has one,
-    else jax.jit(lab.seed_state). The covariates themselves run on the concrete state."""
+    """name -> array (seeds, ...) of lab.covariates(lab.seed_state(key_s)) for the seeds
+    s = first_seed .. first_seed + seeds - 1 (sweep.first_seed: a grown sweep's parts); {} for a
+    lab without covariates. state_fn: the sweep's compiled seed_state when it has one, else
+    jax.jit(lab.seed_state). The covariates themselves run on the concrete state."""
     if not callable(getattr(lab, "covariates", None)):
         return {}
     state_fn = jax.jit(lab.seed_state) if state_fn is None else state_fn
@@ -31,7 +32,7 @@ def seed_covariates(
                 k: np.asarray(v)
                 for k, v in lab.covariates(state_fn(jax.random.fold_in(base, s))).items()
             }
-            for s in range(seeds)
+            for s in range(first_seed, first_seed + seeds)
         ]
     return {k: np.stack([c[k] for c in per_seed]) for k in per_seed[0]} if per_seed else {}
 

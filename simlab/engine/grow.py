@@ -61,6 +61,7 @@ from simlab.engine.config import (
     fingerprint,
     load_config,
 )
+from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -550,7 +551,7 @@ def run_composite(
             return None
     if distributed and jax.process_index() != 0:
         return wait_for_results(out_dir)
-    return _assemble(cfg, pool, names, resolved, fp, out_dir, values, refined, t0, n_dev)
+    return _assemble(cfg, pool, names, resolved, fp, out_dir, values, refined, t0, n_dev, lab)
 
 
 def _precheck(out: Path, cfg: SweepConfig, resolved: dict, fp: str) -> None:
@@ -606,8 +607,9 @@ def _refine(cfg, pool: Pool, seeds: range, worker):
         log.info("refine: level %d adds %d points", st.level, st.added[-1])
 
 
-def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0, n_dev):
-    """Gather the target's pairs from the parts, record the history, save (with a directory)."""
+def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0, n_dev, lab):
+    """Gather the target's pairs from the parts, record the history, add the seeds'
+    covariates (simlab.engine.covariates), save (with a directory)."""
     seeds = seed_range(cfg)
     flat = pool.gather(cfg.knobs, values, seeds, names)
     if refined is None:
@@ -675,13 +677,18 @@ def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0
         "chunks_rejected": [],
         "compile_time_s": pool.stats["compile_time_s"],
         "matmul_precision": cfg.sweep.matmul_precision,
+        "dtype": str(knob_dtype()),
         "compute_time_s": pool.stats["compute_time_s"],
         "wall_time_s": time.perf_counter() - t0,
     }
     if refined is not None:
         meta["refine"] = refined.describe(cfg.refine)
+    st = cfg.sweep
+    cov = seed_covariates(lab, st.base_seed, len(seeds), st.matmul_precision, None, seeds.start)
+    if cov:
+        meta["covariates"] = covariate_dims(cov)
     if out_dir is None or not current:
-        return results.Results(axes, metrics, meta)
-    saved = results.save(out_dir, axes, metrics, meta)
+        return results.Results(axes, metrics, meta, covariates=cov)
+    saved = results.save(out_dir, axes, metrics, meta, cov)
     claims.Coordinator(out_dir).tidy()
     return saved

@@ -465,7 +465,9 @@ def compute(
         raise RuntimeError(f"sweep: {left} points still missing before the merge")
 
     metrics = merge(store, cfg, layout, names)
-    cov = seed_covariates(lab, st.base_seed, st.seeds, st.matmul_precision, runner.compiled_state)
+    cov = seed_covariates(
+        lab, st.base_seed, st.seeds, st.matmul_precision, runner.compiled_state, st.first_seed
+    )
     axes = OrderedDict((a.name, np.asarray(a.values, np.float64)) for a in cfg.axes)
     meta = {
         "config": resolved,

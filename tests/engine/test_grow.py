@@ -316,3 +316,21 @@ def test_jax_distributed_grows_a_sweep(tmp_path):
     want = run_sweep(apply_overrides(read_toml(cfg), sorted(GROWN)), quiet=True)
     assert_same(res, want)
     assert res.meta["n_processes"] == 2
+
+
+def test_grown_sweep_carries_every_seeds_covariates(tmp_path):
+    """The parts' seeds (first_seed ..) each get their own covariates, as a fresh sweep's."""
+    cfg = dict(
+        block=dict(kind="post_ln", d_model=8, n_heads=2, mlp_ratio=1),
+        inputs=dict(kind="gaussian", batch=2, length=4),
+        axes=[dict(name="drift_norm", values=[0.0, 1.0])],
+        sweep=dict(seeds=2, micro_batch=1),
+    )
+    out = tmp_path / "run"
+    run_sweep(cfg, out=out, quiet=True)
+    more = {**cfg, "sweep": {**cfg["sweep"], "seeds": 3}}
+    grown, fresh = run_sweep(more, out=out, quiet=True), run_sweep(more, quiet=True)
+    assert set(grown.covariates) == set(fresh.covariates) == {"drift_vo", "drift_q", "mlp_shared"}
+    for k in fresh.covariates:
+        np.testing.assert_array_equal(grown.covariates[k], fresh.covariates[k], err_msg=k)
+    assert len(set(fresh.covariates["drift_vo"][:, 0])) == 3  # three seeds, three draws
