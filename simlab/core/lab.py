@@ -267,9 +267,18 @@ class Lab:
                      map D -> D: how much of a drift N u_b the attention branch passes on
                      (rows of A sum to 1, so a common N u_b in every token gives the common
                      output N u_b W_V W_O);
+          drift_vo_dot  u_b . (u_b W_V W_O): its component along the drift itself (random sign),
+                     so |u_b + u_b W_V W_O|^2 = 1 + 2 drift_vo_dot + drift_vo;
+          vo_iso     |W_V W_O|_F^2 / D: the same gain averaged over directions (a token's own
+                     direction, for a pattern that copies one token into every output);
           drift_q    |u_b W_Q|^2 summed over heads: the squared mean query per unit drift, whose
                      j-dependent logit term N (u_b W_Q) . k_j makes a shared pattern
                      (docs/design.md, "The physics in one paragraph");
+          mlp_drift_dot  w^T A w with A = W_1 W_2 / 2 (the GELU's mean slope is 1/2) and w the unit
+                     vector along u_b + u_b W_V W_O (where a drift points after a uniform
+                     attention branch): how the MLP's linear part passes the drift on (random
+                     sign; simlab.theory.gains.mean_field_gain);
+          mlp_trace  tr(A) / D: the same for a random direction (the private parts);
           mlp_shared |1^T W_2|^2 / F (F hidden units; with the MLP only): a hidden activation
                      with mean gbar over the units gives every token gbar 1^T W_2, the shared
                      output of simlab.theory.mlp_mean_gain (c = 4 d^2 sigma_w^2 there is the
@@ -284,13 +293,22 @@ class Lab:
         u_D = np.asarray(state["comps"]["u_b"], np.float64).reshape(-1)
         u_D = u_D / np.linalg.norm(u_D)
         uvo_LD = np.einsum("lhk,lhkd->ld", np.einsum("d,ldhk->lhk", u_D, p["wv"]), p["wo"])
+        vo_LDE = np.einsum("ldhk,lhke->lde", p["wv"], p["wo"])
         out = {
             "drift_vo": np.sum(uvo_LD * uvo_LD, axis=-1),
+            "drift_vo_dot": uvo_LD @ u_D,
+            "vo_iso": np.sum(vo_LDE * vo_LDE, axis=(1, 2)) / vo_LDE.shape[1],
             "drift_q": np.sum(np.einsum("d,ldhk->lhk", u_D, p["wq"]) ** 2, axis=(1, 2)),
         }
         if self.block.mlp:
+            w1 = np.asarray(state["params"]["w1"], np.float64)
             w2_LD = np.sum(p["w2"], axis=1)
             out["mlp_shared"] = np.sum(w2_LD * w2_LD, axis=-1) / p["w2"].shape[1]
+            a_LDE = 0.5 * np.einsum("ldf,lfe->lde", w1, p["w2"])
+            w_LD = u_D[None, :] + uvo_LD
+            w_LD = w_LD / np.linalg.norm(w_LD, axis=-1, keepdims=True)
+            out["mlp_drift_dot"] = np.einsum("ld,lde,le->l", w_LD, a_LDE, w_LD)
+            out["mlp_trace"] = np.trace(a_LDE, axis1=1, axis2=2) / a_LDE.shape[1]
         return out
 
     def _observe(self, layer: block.Layer):

@@ -30,10 +30,12 @@ def np_covariates(state):
     u = np.asarray(state["comps"]["u_b"], np.float64).reshape(-1)
     u = u / np.linalg.norm(u)
     depth, d, heads, _ = p["wv"].shape
-    out = {"drift_vo": [], "drift_q": [], "mlp_shared": []}
+    out = {"drift_vo": [], "drift_vo_dot": [], "vo_iso": [], "drift_q": [], "mlp_shared": []}
     for layer in range(depth):
         vo = sum(p["wv"][layer, :, h, :] @ p["wo"][layer, h] for h in range(heads))  # D x D
         out["drift_vo"].append(float(np.sum((u @ vo) ** 2)))
+        out["drift_vo_dot"].append(float((u @ vo) @ u))
+        out["vo_iso"].append(float(np.sum(vo * vo)) / d)
         out["drift_q"].append(
             sum(float(np.sum((u @ p["wq"][layer, :, h, :]) ** 2)) for h in range(heads))
         )
@@ -65,6 +67,8 @@ def test_lab_covariates_vs_numpy():
     no_mlp = Lab(BlockSpec(d_model=16, n_heads=4, mlp=False), ISPEC)
     assert set(no_mlp.covariates(jax.jit(no_mlp.seed_state)(jax.random.PRNGKey(0)))) == {
         "drift_vo",
+        "drift_vo_dot",
+        "vo_iso",
         "drift_q",
     }
 

@@ -189,7 +189,15 @@ def check_patterns(tmp_path):
     shared, token = (simlab.load(tmp_path / "data" / "patterns" / v) for v in ("shared", "token"))
     np.testing.assert_array_equal(shared["attn_entropy"], token["attn_entropy"])
     assert shared.meta["config"]["block"]["pattern"] == "shared"
-    assert set(shared.covariates) == {"drift_vo", "drift_q", "mlp_shared"}
+    assert set(shared.covariates) == {
+        "drift_vo",
+        "drift_vo_dot",
+        "vo_iso",
+        "drift_q",
+        "mlp_shared",
+        "mlp_drift_dot",
+        "mlp_trace",
+    }
     np.testing.assert_array_equal(shared.covariates["drift_vo"], token.covariates["drift_vo"])
 
 

@@ -36,6 +36,7 @@ from simlab.errors import ConfigError
 from simlab.registry import BUILTIN
 from simlab.studies import table
 from simlab.studies.check_theory import (
+    branch_gains,
     chen_scaling,
     dong_collapse,
     freezing_line,
@@ -89,6 +90,8 @@ for _module in (
     signal_propagation,
 ):
     CLAIMS.register(_module.CLAIM, source=BUILTIN)
+for _claim in branch_gains.CLAIMS:  # claims 8-10
+    CLAIMS.register(_claim, source=BUILTIN)
 
 COLUMNS = (
     ("claim", 20),
