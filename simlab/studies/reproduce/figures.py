@@ -15,8 +15,10 @@ FIGURE_TYPES (docs/extending.md has a worked example):
   variants one figure per metric of `metrics` against axis `x`, one line per variant sweep
            (simlab.studies.reproduce.experiments): colour from the variant dimension `color`,
            line style from `style` (default: the first and second dimensions); `theory` =
-           {metric: name of overlays.VARIANT_THEORY} overlays a closed form per line; file
-           "<config>_<metric>.png".
+           {metric: name of overlays.VARIANT_THEORY} overlays a closed form per line;
+           `variants` (variant names) draws only those sweeps; `x_log` (default: when x is
+           log-spaced), `y_log`; file `file` (a template with
+           {config} and {metric}), default "{config}_{metric}.png".
   refined  one refined phase diagram per metric of `metrics` over the refined axes `x` and `y`
            of a sweep with [refine] (simlab.plot.refined: cells at their own size, the
            refinement's boundary and its band over seeds), optional `contour` and
@@ -259,6 +261,14 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
     for key in ("color", "style"):
         if key in fig and fig[key] not in dims:
             raise ConfigError(f"{name}.toml: figures.{key}: {fig[key]!r} is not one of {dims}")
+    if "variants" in fig:
+        known = [v.name for v in vs]
+        missing = [n for n in fig["variants"] if n not in known]
+        if missing:
+            raise ConfigError(
+                f"{name}.toml: figures.variants: {missing[0]!r} is not one of {known}"
+            )
+        vs = [v for v in vs if v.name in fig["variants"]]
     runs = [(v, r.sweep(name, v)) for v in vs]
     x, select = fig["x"], fig.get("select")
     xs = runs[0][1].axes[x]
@@ -291,10 +301,13 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
             y_label=f"{metric} ({_band_label(band)})",
             title=r.title(runs[0][1], what, meta),
             styles=styles,
+            x_log=fig.get("x_log"),
+            y_log=fig.get("y_log", False),
         )
         if metric in fig.get("theory", {}):
             _variant_theory(ax, runs, styles, fig["theory"][metric], f"{name}.toml", metric)
-        files.append(plot.save_figure(f, r.out / f"{name}_{metric}.png"))
+        file = fig.get("file", "{config}_{metric}.png").format(config=name, metric=metric)
+        files.append(plot.save_figure(f, r.out / file))
     return files
 
 
