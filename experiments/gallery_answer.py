@@ -60,8 +60,38 @@ def verdict(lo: float, hi: float, mean: float) -> str:
 def cell(x: np.ndarray) -> tuple[str, str]:
     """'mean +- half-width' of a per-seed vector and its verdict."""
     lo, hi = seed_ci(x, -1)
-    mean = float(np.mean(x))
-    return f"{mean:+.4f} \u00b1 {(hi - lo) / 2:.4f}", verdict(float(lo), float(hi), mean)
+    mean, half = float(np.mean(x)), float(hi - lo) / 2
+    text = (
+        f"{mean:+.4f} \u00b1 {half:.4f}"
+        if max(abs(mean), half) >= 1e-3
+        else (f"{mean:+.1e} \u00b1 {half:.1e}")
+    )
+    return text, verdict(float(lo), float(hi), mean)
+
+
+# the rows _summary reads (indices into main's `rows`)
+GAIN, ATTN, MLP, NEAR, SHARED, SHARED_A, TOKEN, TOKEN_A, LAMBDA, LAMBDA_A = range(10)
+
+
+def _summary(cells: dict, drifts: list[str]) -> list[str]:
+    """The answer in words, each clause read off the verdicts and numbers of `cells` ((metric,
+    row) -> [(number, verdict) per declared drift])."""
+
+    def say(metric, row):
+        return "; ".join(f"{v} at N = {n} ({c})" for n, (c, v) in zip(drifts, cells[metric, row]))
+
+    g, w = "out_cos_gain", "out_cos_within_gain"
+    return [
+        "**In short** (verdicts by the declared rule; N = " + " / ".join(drifts) + "):",
+        "",
+        f"- the block's own sharpening (lambda 30 minus 1), global gain: {say(g, LAMBDA)};",
+        f"- a shared sharp pattern (beta 8 minus uniform), within-sequence: {say(w, SHARED)}; "
+        f"global: {say(g, SHARED)};",
+        f"- a token-specific sharp pattern (beta 8 minus uniform), global: {say(g, TOKEN)};",
+        f"- the block at its own near-uniform attention, global gain: {say(g, GAIN)}; its "
+        f"attention branch alone: {say(g, ATTN)}; its MLP alone: {say(g, MLP)};",
+        f"- near-uniform minus exactly uniform: {say(g, NEAR)}.",
+    ]
 
 
 def main(root: Path) -> str:
@@ -122,7 +152,23 @@ def main(root: Path) -> str:
         ),
         ("", "attention alone", lambda m: at(dec["softmax30"], m, 1) - at(dec["softmax"], m, 1)),
     ]
-    verdicts = {}
+    cells = {}
+    for metric, _ in METRICS:
+        for row, (_, _, get) in enumerate(rows):
+            x = get(metric)
+            cells[metric, row] = [cell(x[i]) for i in range(len(cols))]
+    ent = {v: dec[v].mean("attn_entropy")[cols, 0] for v in ("softmax", "softmax30", "shared8")}
+    lines += [
+        "Attention entropy H / ln T at N = "
+        + " / ".join(f"{xs[c]:g}" for c in cols)
+        + ": softmax lambda 1 "
+        + " / ".join(f"{h:.3f}" for h in ent["softmax"])
+        + ", lambda 30 "
+        + " / ".join(f"{h:.3f}" for h in ent["softmax30"])
+        + f"; the clamps at beta 8 {ent['shared8'][0]:.3f} (shared and token alike).",
+        "",
+    ]
+    lines += _summary(cells, [f"{xs[c]:g}" for c in cols]) + [""]
     for metric, what in METRICS:
         lines += [
             f"**{what} anisotropy added by the block ({metric})**",
@@ -130,12 +176,11 @@ def main(root: Path) -> str:
             "| regime | branch | " + " | ".join(f"N = {xs[c]:g}" for c in cols) + " |",
             "|---|---|" + "---|" * len(cols),
         ]
-        for row, (regime, branch, get) in enumerate(rows):
-            x = get(metric)
-            cells = [cell(x[i]) for i in range(len(cols))]
-            verdicts[metric, row] = [v for _, v in cells]
+        for row, (regime, branch, _) in enumerate(rows):
             lines.append(
-                f"| {regime} | {branch} | " + " | ".join(f"{c} ({v})" for c, v in cells) + " |"
+                f"| {regime} | {branch} | "
+                + " | ".join(f"{c} ({v})" for c, v in cells[metric, row])
+                + " |"
             )
         lines.append("")
 

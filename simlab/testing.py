@@ -294,7 +294,9 @@ def assert_sweeps_identical(case: Case, devices: Sequence[int] | None = None) ->
         devices = (1, 2) if jax.local_device_count() >= 2 else (1,)
     cfg = sweep_config(case)
     ref = run_sweep(cfg, out=None, quiet=True, chunk_size=4, devices=1).metrics
-    runs = [(2, 1), (16, 1)] + [(16, d) for d in devices if d > 1]
+    # chunks of 1, 2 and 8 micro-batches of 2 points on one device; 2 per device on several
+    # (each device's program then has the shape of the one-device run's: compiled once each)
+    runs = [(2, 1), (16, 1)] + [(4 * d, d) for d in devices if d > 1]
     for chunk, dev in runs:
         got = run_sweep(cfg, out=None, quiet=True, chunk_size=chunk, devices=dev).metrics
         for m in ref:

@@ -43,9 +43,11 @@ def test_float64_same_sample(registry, entry, precisions):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BLOCKS))
 def test_sweeps_identical_across_chunk_sizes_and_devices(kind):
-    """Every block kind, every metric: chunks of 1, 2 and 8 micro-batches and 1, 2 and 4
-    devices give the same arrays bit for bit (the README's promise)."""
-    testing.assert_sweeps_identical(testing.block_cases([kind])[1], devices=(1, 2, 4))
+    """Every block kind, every metric: chunks of 1, 2 and 8 micro-batches and 1 and 2 devices
+    give the same arrays bit for bit (the README's promise); post-LN also on 4 devices (each
+    device compiles its own copy of the program, so every extra device costs a compile)."""
+    devices = (1, 2, 4) if kind == "post_ln" else (1, 2)
+    testing.assert_sweeps_identical(testing.block_cases([kind])[1], devices=devices)
 
 
 @pytest.mark.parametrize("kind", list(INPUTS))
@@ -56,7 +58,10 @@ def test_drift_is_a_common_shift(kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(INPUTS))
 def test_input_kind_sweeps_identical_across_devices(kind):
-    testing.assert_sweeps_identical(testing.input_cases([kind])[0], devices=(1, 4))
+    """Every input kind through a post-LN block (hoisted and factored layer 0), every metric:
+    chunks of 1, 2 and 8 micro-batches and 1 and 2 devices bit for bit (the plain path's
+    pre-LN block runs per block kind above)."""
+    testing.assert_sweeps_identical(testing.input_cases([kind])[0], devices=(1, 2))
 
 
 @pytest.mark.slow

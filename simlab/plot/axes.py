@@ -69,14 +69,18 @@ def new_ax(ax):
     return fig, fig.add_subplot()
 
 
-def overlay_theory(ax, theory, default_style: dict) -> None:
+DASH_DOT = (0, (5, 1.5, 1, 1.5))
+
+
+def overlay_theory(ax, theory, default_style: dict, alternate: bool = False) -> None:
     """Theory curves (x, y, label), drawn without touching the autoscaled limits (so they are
-    clipped to the data's range); non-finite points are left out."""
+    clipped to the data's range); non-finite points are left out. alternate: the second and
+    later curves dash-dotted (the first keeps default_style's line style)."""
     for i, item in enumerate(theory or ()):
         tx, ty, label = item
         tx, ty = np.asarray(tx, dtype=float), np.asarray(ty, dtype=float)
         ty = np.where(np.isfinite(ty), ty, np.nan)
-        style = dict(default_style)
+        style = dict(default_style) | ({"ls": DASH_DOT} if alternate and i else {})
         style.setdefault("color", THEORY_COLORS[i % len(THEORY_COLORS)])
         ax.plot(tx, ty, label=label, scalex=False, scaley=False, **style)
 

@@ -65,7 +65,8 @@ def curves(
     """Lines with shaded bands.
 
     series: dict label -> (mean, band) where band is None (no band), an array s (band mean -+ s,
-    e.g. one std) or a pair (lo, hi).  x_log None = auto.  theory: list of (x_arr, y_arr, label)
+    e.g. one std) or a pair (lo, hi).  x_log None = auto; y_log True (log) or "symlog" (log beyond
+    +-1e-3, linear through 0, for signed values).  theory: list of (x_arr, y_arr, label)
     dashed curves that do not change the autoscaled limits.  styles: label -> matplotlib line
     keywords (color, ls) for that series.  Returns (fig, ax).
     """
@@ -76,7 +77,9 @@ def curves(
     fig, ax = new_ax(ax)
     if x_log:
         ax.set_xscale("log")
-    if y_log:
+    if y_log == "symlog":  # log beyond +-linthresh, linear through 0 (signed values)
+        ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
+    elif y_log:
         ax.set_yscale("log")
     for label, item in series.items():
         mean, band = item

@@ -46,7 +46,8 @@ def phase_diagram(
     left blank.  A labelled colour bar shows z_label.  `contour` (same shape as z) is drawn as
     lines at `contour_levels` (None: matplotlib's choice), labelled in place and named in the
     legend as `contour_label`.  theory: list of (x_arr, y_arr, label) curves, clipped to the
-    axes range.  Unsorted coordinates are sorted together with z.  Returns (fig, ax).
+    axes range: the first dashed, the others dash-dotted.  Unsorted coordinates are sorted
+    together with z.  Returns (fig, ax).
     """
     xs, xo = sorted_axis(x, "x")
     ys, yo = sorted_axis(y, "y")
@@ -80,7 +81,7 @@ def phase_diagram(
         if c.shape != z.shape:
             raise ValueError(f"phase_diagram: contour has shape {c.shape}, expected {z.shape}")
         handles += _contour(ax, xs, ys, c[np.ix_(yo, xo)], contour_levels, contour_label)
-    overlay_theory(ax, theory, dict(lw=1.8, ls="--"))
+    overlay_theory(ax, theory, dict(lw=1.8, ls="--"), alternate=True)
     handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
     if handles:
         ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.85)

@@ -136,7 +136,7 @@ def refined_phase_diagram(
                 out[..., a] = lat.to_axis(segs[..., a], a)
             style = dict(colors="tab:orange", linewidths=1.4)
             handles += _lines(ax, plotted(out), style, f"{contour} = {level:g}" if i == 0 else None)
-    overlay_theory(ax, theory, dict(lw=1.8, ls="--"))
+    overlay_theory(ax, theory, dict(lw=1.8, ls="--"), alternate=True)
     handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
     if handles:
         ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.85)
@@ -145,6 +145,12 @@ def refined_phase_diagram(
     if title:
         ax.set_title(title, fontsize=10)
     return fig, ax
+
+
+def _centred(z) -> dict:
+    """A diverging colour map centred on 0 (blue below, red above)."""
+    top = float(np.nanmax(np.abs(z))) or 1.0
+    return {"cmap": "RdBu_r", "vmin": -top, "vmax": top}
 
 
 def plot_refined(
@@ -161,10 +167,12 @@ def plot_refined(
     out=None,
     x_label=None,
     y_label=None,
+    diverging=False,
 ):
     """`simlab plot` of a refined sweep: the refined phase diagram over x and y, or for a
     one-axis refinement (y None) the seed mean along x with a -+1 std band and the boundary's
-    crossings marked. Saves to `out` when given; returns (fig, ax)."""
+    crossings marked. diverging: a colour map centred on 0 (a signed metric). Saves to `out`
+    when given; returns (fig, ax)."""
     r, idx, _ = refine.structure(res)
     if metric not in res.metrics:
         raise ConfigError(
@@ -187,6 +195,7 @@ def plot_refined(
             contour_levels=contour_levels,
             theory=theory,
             title=title,
+            **(_centred(refine.point_values(res, metric, layer).mean(axis=1)) if diverging else {}),
         )
     else:
         if list(r["axes"]) != [x]:

@@ -1,9 +1,10 @@
 """Closed-form predictions about attention sharpness and anisotropy, each with its source.
 
-Seven claims (the numbering is the one of `simlab check-theory` and docs/theory.md), one
-module each, named after the claim:
+Ten claims (the numbering is the one of `simlab check-theory` and docs/theory.md), one
+module each, named after the claim (claims 8-10 share one):
 
-  1. REM entropy      (rem) softmax of T i.i.d. Gaussian logits (Derrida's random energy model).
+  1. REM entropy      (rem) softmax of T i.i.d. Gaussian logits (Derrida's random energy model);
+                      the limit law and the finite-T mean entropy (rem_entropy_finite).
   2. Giorlandino-Goldt  (gg) output cosine of one attention layer on correlated tokens
                       (arXiv 2505.24333), re-derived here from the REM.
   3. Chen et al.      (chen) critical attention scaling beta = gamma ln n (ICLR 2026,
@@ -11,15 +12,19 @@ module each, named after the claim:
   4. Zhai et al.      (zhai) attention-entropy lower bound from a spectral norm (arXiv 2303.06296).
   5. Dong et al.      (dong) rank collapse of pure attention, doubly exponential in depth
                       (arXiv 2103.03404).
-  6. Freezing line    (freezing) of the paper's protocol (BERT init, drifted embeddings):
+  6. Iso-entropy line (freezing) of the paper's protocol (BERT init, drifted embeddings):
                       claim 1's REM law (Giorlandino & Goldt's threshold) applied to the logit
                       variance lambda^4 sigma_w^4 sigma_e^2 d (d sigma_e^2 + N^2), no free
-                      parameter.
+                      parameter; its freezing line s^2 = 2 ln T beside it.
   7. Signal propagation  (signal) per-layer token cosines of post-LN / pre-LN /
                       attention-only stacks (Giorlandino & Goldt's layer recursion, ported to
                       simlab's blocks).
+  8-10. Gains         (gains) the anisotropy a BERT-init block adds, branch by branch: the
+                      attention branch under uniform attention, a shared clamped pattern, and
+                      the whole block's mean-field curve against the drift, each seed with its
+                      own weight statistics; derived here.
   Width:              (width) the anisotropy a BERT-init post-LN block adds through the GELU
-                      MLP's mean output (mlp_mean_gain), derived here for the width experiment.
+                      MLP's mean output at N -> 0 (mlp_mean_gain), derived here.
 
 Beside them: common (the knob mapping every claim uses: projected_std, logit_std) and sampling
 (the seeded Monte Carlo samplers of the predictions that have no closed form at finite size).
@@ -86,10 +91,21 @@ from simlab.theory.dong import (
 )
 from simlab.theory.freezing import (
     paper_entropy,
-    paper_freezing_curve,
+    paper_freezing_line_curve,
+    paper_iso_entropy_curve,
     paper_iso_entropy_lambda,
     paper_iso_entropy_lambda_finite,
     paper_logit_var,
+)
+from simlab.theory.gains import (
+    drift_fraction_after,
+    drift_gain_uniform,
+    expected_drift_gain_factor,
+    gelu_mean_field,
+    mean_field_gain,
+    shared_global_gain,
+    shared_weight,
+    shared_within_gain,
 )
 from simlab.theory.gg import (
     gg_beta_c,
@@ -98,6 +114,7 @@ from simlab.theory.gg import (
     gg_cosine_contours,
     gg_finite_cosine,
     gg_inverse_temperature_c,
+    gg_iso_entropy_curve,
     gg_mean_cosine,
     gg_output_cosine,
 )
@@ -113,6 +130,7 @@ from simlab.theory.sampling import (
     gg_pair_geometry,
     pd_sum_sq_samples,
     rem_pair_moments,
+    softmax_level_std,
     softmax_pair_overlaps,
 )
 from simlab.theory.signal import (
@@ -145,10 +163,12 @@ __all__ = [
     "dong_theorem_constant",
     "entropy_floor",
     "gaussian_softmax_entropy",
+    "softmax_level_std",
     "gelu_moments",
     "gg_beta_c",
     "gg_beta_from_knobs",
     "gg_boundary_curve",
+    "gg_iso_entropy_curve",
     "gg_cosine_contours",
     "gg_finite_cosine",
     "gg_inverse_temperature_c",
@@ -158,7 +178,8 @@ __all__ = [
     "logit_std",
     "mlp_mean_gain",
     "paper_entropy",
-    "paper_freezing_curve",
+    "paper_freezing_line_curve",
+    "paper_iso_entropy_curve",
     "paper_iso_entropy_lambda",
     "paper_iso_entropy_lambda_finite",
     "paper_logit_var",
@@ -175,4 +196,12 @@ __all__ = [
     "softmax_pair_overlaps",
     "zhai_entropy_lower_bound",
     "zhai_stated_bound",
+    "drift_fraction_after",
+    "drift_gain_uniform",
+    "expected_drift_gain_factor",
+    "gelu_mean_field",
+    "mean_field_gain",
+    "shared_global_gain",
+    "shared_weight",
+    "shared_within_gain",
 ]

@@ -182,7 +182,22 @@ def gg_boundary_curve(
         xs = gg_beta_c(p)
     else:
         raise ValueError(f"x: {x!r} is not one of 'inverse_temperature', 'temperature', 'beta'")
-    return xs, p, f"REM freezing (T={int(T)})"
+    return xs, p, f"REM freezing line (T={int(T)})"
+
+
+def gg_iso_entropy_curve(T, level=0.5, *, p=None, q_std=1.0, k_std=1.0):
+    """The predicted H / ln T = level line of the temperature x correlation diagram at finite
+    T, as (1/temperature, p, label): the freezing line gg_boundary_curve scaled by
+    s_level / s_c, where s_level is the logit std at which a softmax over T Gaussian logits has
+    entropy `level` (simlab.theory.sampling.softmax_level_std; 0.82 at T = 512 and level 0.5)
+    and s_c = sqrt(2 ln T) the freezing threshold (the logit std grows linearly in
+    1/temperature, so the two lines differ by that factor at every p)."""
+    from simlab.theory.rem import rem_critical_std
+    from simlab.theory.sampling import softmax_level_std
+
+    xs, ps, _ = gg_boundary_curve(T, q_std=q_std, k_std=k_std, p=p)
+    ratio = softmax_level_std(int(T), level) / float(rem_critical_std(T))
+    return xs * ratio, ps, f"predicted H/ln T = {level:g} line (finite T = {int(T)})"
 
 
 def gg_cosine_contours(

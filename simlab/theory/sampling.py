@@ -37,6 +37,18 @@ def gaussian_softmax_entropy(s, n: int, *, rows: int = 4096, seed: int = 0) -> n
     return np.asarray(out).reshape(np.shape(s))
 
 
+def softmax_level_std(n: int, level: float = 0.5, *, rows: int = 2048) -> float:
+    """The logit std s at which the finite-n softmax entropy gaussian_softmax_entropy(s, n)
+    equals `level` (bisection; the entropy decreases in s): at n = 512 and level 0.5,
+    s = 0.82 sqrt(2 ln n), below the REM freezing threshold sqrt(2 ln n)."""
+    lo, hi = 1e-6, 4.0 * math.sqrt(2.0 * math.log(n))
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        above = float(gaussian_softmax_entropy(mid, n, rows=rows)) > level
+        lo, hi = (mid, hi) if above else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def gg_pair_geometry(p: float, d_model: int, d_head: int, rows: int, *, seed: int = 0, block=64):
     """The geometry of pairs of queries of one head with W_Q, W_K ~ N(0, 1/d_model) (D x K,
     K = d_head) on tokens x = sqrt(p) z_0 + sqrt(1 - p) z: for each of `rows` pairs,

@@ -181,6 +181,7 @@ SPEC = BlockSpec(kind="post_ln", d_model=32, n_heads=4, mlp_ratio=2, init="fan_i
 ISPEC = InputSpec(kind="gaussian", batch=2, length=8)
 
 
+@pytest.mark.slow
 def test_common_random_numbers():
     lab = Lab(SPEC, ISPEC)
     base = jax.random.PRNGKey(42)

@@ -30,7 +30,8 @@ def np_covariates(state):
     u = np.asarray(state["comps"]["u_b"], np.float64).reshape(-1)
     u = u / np.linalg.norm(u)
     depth, d, heads, _ = p["wv"].shape
-    out = {"drift_vo": [], "drift_vo_dot": [], "vo_iso": [], "drift_q": [], "mlp_shared": []}
+    names = ("drift_vo", "drift_vo_dot", "vo_iso", "drift_q", "mlp_shared", "mlp_drift_dot")
+    out = {k: [] for k in (*names, "mlp_trace")}
     for layer in range(depth):
         vo = sum(p["wv"][layer, :, h, :] @ p["wo"][layer, h] for h in range(heads))  # D x D
         out["drift_vo"].append(float(np.sum((u @ vo) ** 2)))
@@ -42,6 +43,13 @@ def np_covariates(state):
         f = p["w2"].shape[1]
         ones_w2 = sum(p["w2"][layer, j] for j in range(f))
         out["mlp_shared"].append(float(ones_w2 @ ones_w2) / f)
+        # the MLP's linear part at the GELU's mean slope 1/2, A = W_1 W_2 / 2, along the unit
+        # vector of u + u W_V W_O and averaged over directions (its trace / D)
+        a = sum(0.5 * np.outer(p["w1"][layer, :, j], p["w2"][layer, j]) for j in range(f))
+        w = u + u @ vo
+        w = w / np.sqrt(w @ w)
+        out["mlp_drift_dot"].append(float(w @ a @ w))
+        out["mlp_trace"].append(sum(float(a[i, i]) for i in range(d)) / d)
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -52,7 +60,8 @@ ISPEC = InputSpec(kind="gaussian", batch=2, length=8)
 @pytest.mark.slow
 def test_lab_covariates_vs_numpy():
     """drift_vo = |u_b W_V W_O|^2, drift_q = |u_b W_Q|^2 (summed over heads), mlp_shared =
-    |1^T W_2|^2 / F, per layer, against the loops; their order of magnitude at BERT init
+    |1^T W_2|^2 / F, mlp_drift_dot = w^T A w and mlp_trace = tr(A) / D (A = W_1 W_2 / 2, w along
+    u_b + u_b W_V W_O), per layer, against the loops; their order of magnitude at BERT init
     (N(0, 0.02^2): E drift_vo = D^2 sigma^4, E drift_q = D sigma^2, E mlp_shared = D sigma^2)."""
     lab = Lab(SPEC, ISPEC)
     state = jax.jit(lab.seed_state)(jax.random.PRNGKey(3))

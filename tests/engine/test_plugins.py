@@ -50,6 +50,7 @@ def _metric(name="y_norm", **kw):
 
 
 # ------------------------------------------------------------------------------ registries
+@pytest.mark.slow
 def test_metric_registered_at_run_time_is_seen_by_a_sweep(scratch):
     """The names are read live: a metric registered after simlab was imported can be asked
     for (it used to be refused: `sweep.metrics: unknown metric`), and is then computed."""

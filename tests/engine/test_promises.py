@@ -69,6 +69,7 @@ def test_resume_under_another_precision_is_refused(kind, tmp_path):
 
 
 # ------------------------------------------------------------------------------ interrupts
+@pytest.mark.slow
 def test_interrupt_keeps_the_chunks_and_leaves_no_lock(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(Interrupted) as e:
@@ -127,6 +128,7 @@ def test_ctrl_c_on_the_command_line(tmp_path, command):
 
 
 # ------------------------------------------------------------------------------ storage
+@pytest.mark.slow
 def test_disk_full_during_a_sweep_is_one_line_and_resumable(tmp_path, monkeypatch, capsys):
     """A write that fails (ENOSPC) stops the sweep with exit 1 and one line naming the file
     and what was saved; no temporary file is left; the next run resumes."""
@@ -303,6 +305,7 @@ def test_info_config_is_toml_that_sweep_reads_back(tmp_path, capsys):
     assert simlab.load(again).meta["fingerprint"] == simlab.load(out).meta["fingerprint"]
 
 
+@pytest.mark.slow
 def test_bench_without_torch_runs_what_it_can(monkeypatch, tmp_path):
     from simlab.studies import bench
 

@@ -330,3 +330,23 @@ def test_cli_counts_figures_in_english(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(exp))
     assert cli_main(["reproduce", "--quick", "--quiet", "--out", str(tmp_path / "out")]) == 0
     assert "reproduce: 1 figure in " in capsys.readouterr().out
+
+
+def test_group_named_like_another_config_is_refused(tmp_path, monkeypatch, capsys):
+    """A group that takes a config's name would make --only NAME ambiguous: exit 2, one line
+    naming the file, nothing computed."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    body = (
+        "[block]\nd_model = 8\nn_heads = 2\n[inputs]\nbatch = 2\nlength = 4\nvocab = 20\n"
+        '[[axes]]\nname = "drift_norm"\nvalues = [0.1, 1.0]\n[sweep]\nmetrics = ["out_cos"]\n'
+        '[[figures]]\nkind = "curves"\nx = "drift_norm"\nmetrics = ["out_cos"]\n'
+    )
+    (exp / "a.toml").write_text('experiment = "a"\n' + body)
+    (exp / "a_more.toml").write_text('experiment = "a"\n' + body)
+    monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(exp))
+    out = tmp_path / "out"
+    assert cli_main(["reproduce", "--quick", "--quiet", "--only", "a", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a.toml" in err[0] and "'a'" in err[0]
+    assert not out.exists()

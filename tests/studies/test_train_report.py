@@ -123,9 +123,13 @@ def test_loop_cells_predicted_within_tolerance():
         assert r["predicts"] == bool(np.all(np.abs(err) <= CRIT.loop_tolerance))
 
 
-def _summary(task, law, used, drift, sharp):
+def _summary(task, law, used, drift, sharp, last=(0.2, 0.1), change=(-0.1, -0.2)):
     return {
         "corpus": {"task": task, "law": law},
+        "layers": [
+            {"out_cos_last": {"mean": a}, "out_cos_end_minus_first": {"seeds": [d, d - 0.1]}}
+            for a, d in zip(last, change)
+        ],
         "verdicts": {
             "attention_used": {"verdict": used},
             "drift": {"verdict": drift},
@@ -157,9 +161,31 @@ def test_overall_verdict_table(summaries, want):
         }
     )
     assert got["not_only_long_tailed"] == want
+    # the rule declared before the run: a uniform corpus using attention with both properties
+    both = u == ("yes", "yes", "yes")
+    assert got["declared"]["verdict"] == ("supported" if both else "not supported")
     assert (
         report.overall({"text": _summary("text", "bytes", "yes", "yes", "yes")})[
             "not_only_long_tailed"
         ]
         == "undecided"
+    )
+
+
+def test_anisotropy_comparison_zipf_vs_uniform():
+    """Zipf above its uniform twin per layer, and "ends above its initial anisotropy" when any
+    seed's end-minus-start change is positive."""
+    z = _summary("recall", "zipf", "yes", "no", "no", last=(0.3, 0.05), change=(-0.2, -0.1))
+    u = _summary("recall", "uniform", "yes", "no", "no", last=(0.1, 0.07), change=(-0.3, 0.02))
+    a = report.overall({"recall_zipf": z, "recall_uniform": u})["anisotropy"]
+    assert [r["zipf_above"] for r in a["zipf_vs_uniform_final"]["recall"]] == [True, False]
+    assert a["zipf_above_uniform_everywhere"] is False
+    assert a["max_end_minus_initial"]["recall_uniform"] == pytest.approx([-0.3, 0.02])
+    assert a["any_model_ends_above_initial"] is True
+    u["layers"][1]["out_cos_end_minus_first"]["seeds"] = [-0.01, -0.02]
+    assert (
+        report.overall({"recall_zipf": z, "recall_uniform": u})["anisotropy"][
+            "any_model_ends_above_initial"
+        ]
+        is False
     )

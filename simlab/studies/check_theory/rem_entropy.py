@@ -142,6 +142,7 @@ def verdict(cfg, comparison: Comparison):
 
 
 def figure(res: ClaimResult, path: Path):
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
     from simlab import plot
@@ -168,6 +169,10 @@ def figure(res: ClaimResult, path: Path):
         + [finite[0], finite[-1]],
         title="Claim 1: softmax of T i.i.d. Gaussian logits (REM)",
         ax=ax1,
+        styles={  # one colour per T along a sequential map (the cycle repeats after 10)
+            k: {"color": colormaps["viridis"](0.9 * i / max(1, len(series) - 1))}
+            for i, k in enumerate(series)
+        },
     )
     log2T = np.log2(d["T"])
     plot.curves(

@@ -53,10 +53,17 @@ def experiment_files(directory: Path | None = None) -> dict[str, Path]:
 
 
 def experiment_groups(files: dict[str, Path]) -> dict[str, list[str]]:
-    """Group name (the `experiment` key, default the config's own name) -> config names."""
+    """Group name (the `experiment` key, default the config's own name) -> config names. A group
+    may not take another config's name (--only NAME would then be ambiguous)."""
     groups: dict[str, list[str]] = {}
     for name, path in files.items():
         groups.setdefault(read_toml(path).get("experiment", name), []).append(name)
+    for group, names in groups.items():
+        if group in files and names != [group]:
+            raise ConfigError(
+                f"{files[names[0]]}: experiment group {group!r} is also a config's name; "
+                "rename the group"
+            )
     return groups
 
 

@@ -3,7 +3,9 @@ FIGURE_TYPES (docs/extending.md has a worked example):
 
   heatmap  one phase diagram per metric of `metrics` over axes `x` and `y` (x_transform
            "inverse" plots 1/x); optional `contour` metric and `contour_levels` drawn over every
-           map but its own, `theory` overlays (overlays.THEORY); file "<config>_<metric>.png".
+           map but its own, `theory` overlays (overlays.THEORY), `diverging` (metrics drawn
+           with a colour map centred on 0, for signed quantities such as a gain); file
+           "<config>_<metric>.png".
   curves   lines with seed bands: either `metrics` against axis `x` (the other axes fixed by
            `select`: the coordinate nearest a value, simlab.engine.select.nearest, or "first" /
            "last"), all in one figure `file`, or with `group` one line per value of that axis;
@@ -17,11 +19,12 @@ FIGURE_TYPES (docs/extending.md has a worked example):
            line style from `style` (default: the first and second dimensions); `theory` =
            {metric: name of overlays.VARIANT_THEORY} overlays a closed form per line;
            `variants` (variant names) draws only those sweeps; `x_log` (default: when x is
-           log-spaced), `y_log`; file `file` (a template with
+           log-spaced), `y_log` (true, or "symlog" for signed values); file `file` (a template with
            {config} and {metric}), default "{config}_{metric}.png".
   refined  one refined phase diagram per metric of `metrics` over the refined axes `x` and `y`
            of a sweep with [refine] (simlab.plot.refined: cells at their own size, the
-           refinement's boundary and its band over seeds), optional `contour` and
+           refinement's boundary and its band over seeds), `diverging` as heatmap's, optional
+           `contour` and
            `contour_levels`, `theory` overlays (overlays.THEORY on the finest lattice); file
            "<config>_<metric>.png".
   boundary a refined sweep's boundary as a curve: for each finest coordinate of `x`, the `y`
@@ -126,7 +129,8 @@ def heatmap(r: Run, name: str, fig: dict) -> list[Path]:
         c = fig.get("contour") if fig.get("contour") != m else None
         path = r.out / f"{name}_{m}.png"
         title = r.title(res, f"{m}: {_format(fig.get('title', ''), res, fig)}")
-        if not (inverse or overlays or "x_label" in fig or "y_label" in fig):
+        diverging = m in fig.get("diverging", ())
+        if not (inverse or overlays or diverging or "x_label" in fig or "y_label" in fig):
             plot.plot_results(
                 res,
                 x=x,
@@ -155,10 +159,17 @@ def heatmap(r: Run, name: str, fig: dict) -> list[Path]:
                 contour_label=c,
                 theory=overlays or None,
                 title=title,
+                **(_centred(z) if diverging else {}),
             )
             plot.save_figure(f, path)
         files.append(path)
     return files
+
+
+def _centred(z) -> dict:
+    """A diverging colour map centred on 0: blue below, red above, white at 0."""
+    top = float(np.nanmax(np.abs(z))) or 1.0
+    return {"cmap": "RdBu_r", "vmin": -top, "vmax": top}
 
 
 def curves(r: Run, name: str, fig: dict) -> list[Path]:
@@ -227,6 +238,7 @@ def _curve_theory(ax, res: Results, fig: dict, lines: list, name: str) -> None:
 def _series_figure(r: Run, name: str, fig: dict) -> Path:
     """One figure, one line per [[figures.series]] table (each from its own config)."""
     own, f, ax = r.sweep(name), None, None
+    others = tuple(r.sweep(s.get("config", name)) for s in fig["series"])
     for s in fig["series"]:
         res = r.sweep(s.get("config", name))
         metric, x, select = s.get("metric", fig.get("metric")), s.get("x"), s.get("select")
@@ -234,7 +246,9 @@ def _series_figure(r: Run, name: str, fig: dict) -> Path:
         std = _cut(res, metric, x, select, "std") if fig.get("band", True) else None
         xs = _cut(res, s["x_metric"], x, select, "mean") if "x_metric" in s else res.axes[x]
         title = (
-            r.title(own, _format(fig.get("title", ""), res, {**fig, **s})) if ax is None else None
+            r.title(own, _format(fig.get("title", ""), res, {**fig, **s}), others=others)
+            if ax is None
+            else None
         )
         f, ax = plot.curves(
             np.ravel(xs),
@@ -247,7 +261,9 @@ def _series_figure(r: Run, name: str, fig: dict) -> Path:
     return plot.save_figure(f, r.out / fig["file"])
 
 
-LINE_STYLES = ("-", "--", ":", "-.")
+LINE_STYLES = ("-", ":", "-.", (0, (6, 1, 1, 1)))  # "--" is kept for theory overlays
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LEGEND_INSIDE = 8  # legends with more entries go beside the axes
 
 
 def variants(r: Run, name: str, fig: dict) -> list[Path]:
@@ -275,12 +291,24 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
     if any(not np.array_equal(res.axes[x], xs) for _, res in runs):
         raise ConfigError(f"{name}.toml: the variants do not share the coordinates of {x!r}")
     order = {d: list(dict.fromkeys(v.labels[d] for v in vs)) for d in dims}
+    n = max(1, len(vs) - 1)
     styles = {
         ", ".join(v.labels.values()): {
             "color": f"C{order[color].index(v.labels[color]) % 10}",
             "ls": LINE_STYLES[order[style].index(v.labels[style]) % 4] if style else "-",
         }
-        for v in vs
+        # with colour alone, lines that coincide stay visible: each a marker of its own, and
+        # the earlier ones drawn wider and larger underneath the later ones
+        | (
+            {}
+            if style
+            else {
+                "marker": MARKERS[i % len(MARKERS)],
+                "lw": 1.2 + 2.4 * (len(vs) - 1 - i) / n,
+                "ms": 3.0 + 4.0 * (len(vs) - 1 - i) / n,
+            }
+        )
+        for i, v in enumerate(vs)
     }
     meta = _common_meta([res.meta for _, res in runs])
     files = []
@@ -304,16 +332,24 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
             x_log=fig.get("x_log"),
             y_log=fig.get("y_log", False),
         )
-        if metric in fig.get("theory", {}):
-            _variant_theory(ax, runs, styles, fig["theory"][metric], f"{name}.toml", metric)
+        names = fig.get("theory", {}).get(metric, [])
+        for i, t in enumerate([names] if isinstance(names, str) else names):
+            _variant_theory(ax, runs, styles, t, f"{name}.toml", metric, i)
+        if (
+            len(ax.get_legend_handles_labels()[0]) > LEGEND_INSIDE
+        ):  # beside the axes, not on the data
+            f.set_size_inches(plot.FIGSIZE[0] * 1.45, plot.FIGSIZE[1])
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         file = fig.get("file", "{config}_{metric}.png").format(config=name, metric=metric)
         files.append(plot.save_figure(f, r.out / file))
     return files
 
 
-def _variant_theory(ax, runs: list, styles: dict, theory: str, where: str, metric: str) -> None:
-    """VARIANT_THEORY[theory] drawn for each variant sweep it has a curve for, dashed in that
-    line's colour."""
+def _variant_theory(
+    ax, runs: list, styles: dict, theory: str, where: str, metric: str, which: int = 0
+) -> None:
+    """VARIANT_THEORY[theory] drawn for each variant sweep it has a curve for, in that line's
+    colour: dashed (the first overlay) or dash-dotted thin (the second)."""
     if theory not in VARIANT_THEORY:
         raise ConfigError(
             f"{where}: figures.theory.{metric}: {theory!r} is not one of "
@@ -327,9 +363,9 @@ def _variant_theory(ax, runs: list, styles: dict, theory: str, where: str, metri
                 curve[0],
                 curve[1],
                 color=styles[", ".join(v.labels.values())]["color"],
-                ls=(0, (2, 1)),
-                lw=2.4,
-                alpha=0.6,
+                ls="--" if which == 0 else (0, (3, 1, 1, 1, 1, 1)),
+                lw=2.2 if which == 0 else 1.4,
+                alpha=0.75,
                 label=None if label else curve[2],
             )
             label = curve[2]
@@ -377,6 +413,7 @@ def refined(r: Run, name: str, fig: dict) -> list[Path]:
             theory=overlays or None,
             title=r.title(res, f"{m}: {fig.get('title', '')}".rstrip(": ")),
             out=path,
+            diverging=m in fig.get("diverging", ()),
         )
         files.append(path)
     return files

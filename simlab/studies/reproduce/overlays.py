@@ -4,7 +4,8 @@ does not apply to that sweep.
 
   THEORY          heatmap `theory = [...]`: name -> fn(results)
   CURVE_THEORY    curves with x = "layer", `theory = [...]`: name -> fn(results, metric, select)
-  VARIANT_THEORY  variants, `theory = {metric = name}`: name -> fn(results), per variant sweep
+  VARIANT_THEORY  variants, `theory = {metric = name}` (or a list of names): name ->
+                  fn(results), per variant sweep
 """
 
 from __future__ import annotations
@@ -16,14 +17,23 @@ import numpy as np
 
 from simlab import theory
 from simlab.engine.results import Results
+from simlab.theory import gains
 
 # Theory overlays a heatmap may name: name -> curve (x, y, label) from the sweep's results.
 THEORY: dict[str, Callable[[Results], tuple]] = {
     "gg_boundary": lambda res: theory.gg_boundary_curve(
         res.meta["config"]["inputs"]["length"], p=np.linspace(0, 0.95, 100)
     ),
+    # the finite-T entropy-0.5 line of the same diagram (the freezing line x s_0.5 / s_c)
+    "gg_entropy_half": lambda res: theory.gg_iso_entropy_curve(
+        res.meta["config"]["inputs"]["length"], 0.5, p=np.linspace(0, 0.95, 100)
+    ),
     # claim 6 of check-theory: the predicted attn_entropy = 0.5 line, no free parameter
-    "freezing_line": lambda res: theory.paper_freezing_curve(
+    "entropy_half_line": lambda res: theory.paper_iso_entropy_curve(
+        res.meta["config"], n=res.axes["drift_norm"]
+    ),
+    # the REM freezing line proper (s^2 = 2 ln T), ~10% above the entropy-0.5 line at T = 512
+    "freezing_line": lambda res: theory.paper_freezing_line_curve(
         res.meta["config"], n=res.axes["drift_norm"]
     ),
 }
@@ -72,5 +82,33 @@ CURVE_THEORY: dict[str, Callable[[Results, str, dict], tuple | None]] = {
     "signal_propagation": _signal_propagation
 }
 
+
 # Theory overlays of a `variants` figure: name -> curve (x, y, label) or None, per variant sweep.
-VARIANT_THEORY: dict[str, Callable[[Results], tuple | None]] = {"mlp_mean_gain": _mlp_mean_gain}
+def _mean_field_gain(res: Results):
+    """Width figure: claim 10's mean-field gain of the block against N (theory.mean_field_gain:
+    the attention branch under uniform attention, then the GELU MLP's shared and private
+    outputs), each seed with its own weights' statistics (the covariates drift_vo,
+    drift_vo_dot, mlp_shared, mlp_drift_dot, mlp_trace) and its own input cosine, averaged over
+    the seeds. None for the mean-removed MLP (the closed form keeps the shared output) and for
+    results without the covariates."""
+    b, i = res.meta["config"]["block"], res.meta["config"]["inputs"]
+    if b["kind"] != "post_ln" or b["init"] != "bert" or i["kind"] != "embedding":
+        return None
+    if b.get("mlp_center") or b.get("activation", "gelu") != "gelu" or not b.get("mlp", True):
+        return None
+    names = ("drift_vo", "drift_vo_dot", "mlp_shared", "mlp_drift_dot", "mlp_trace")
+    if any(n not in res.covariates for n in names) or len(res.axes) != 1:
+        return None
+    k, beta, shared, gamma, tau = (np.asarray(res.covariates[n], float)[:, 0] for n in names)
+    d, ratio = b["d_model"], b.get("mlp_ratio", 4)
+    rho0 = np.asarray(res["input_cos"], float)  # (N, seeds)
+    pred = gains.mean_field_gain(
+        rho0, 1.0 + 2.0 * beta + k, d, ratio, 0.02, ratio * d * shared, gamma, tau
+    )
+    return res.axes["drift_norm"], pred.mean(axis=1), "mean field (claim 10), seeds' own weights"
+
+
+VARIANT_THEORY: dict[str, Callable[[Results], tuple | None]] = {
+    "mlp_mean_gain": _mlp_mean_gain,
+    "mean_field_gain": _mean_field_gain,
+}

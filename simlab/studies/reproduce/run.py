@@ -58,12 +58,15 @@ class Run:
     def variants(self, name: str) -> list[Variant] | None:
         return experiment_variants(name, self.quick, self.directory, self.extra)
 
-    def title(self, res: Results, what: str, meta: dict | None = None) -> str:
-        """`what`, the sizes (of `meta`, default the sweep's) and the number of seeds."""
-        n = res.n_seeds
+    def title(self, res: Results, what: str, meta: dict | None = None, others: tuple = ()) -> str:
+        """`what`, the sizes (of `meta`, default the sweep's) and the number of seeds (a range
+        "2-3 seeds (per line)" when the lines' sweeps, `res` and `others`, differ)."""
+        ns = sorted({r.n_seeds for r in (res, *others)})
         tag = " [quick sizes]" if self.quick else ""
         sizes = plot.sizes_label(res.meta if meta is None else meta)
-        return f"{what}{tag}\n{sizes}, {n} seed{'s' * (n != 1)}"
+        if len(ns) > 1:
+            return f"{what}{tag}\n{sizes}, {ns[0]}-{ns[-1]} seeds (per line)"
+        return f"{what}{tag}\n{sizes}, {ns[0]} seed{'s' * (ns[0] != 1)}"
 
 
 def _configs(names, files: dict[str, Path]) -> list[str]:
