@@ -11,7 +11,7 @@ import numpy as np
 import simlab
 from simlab import theory
 from simlab.engine.results import seed_ci
-from simlab.studies.reproduce.overlays import VARIANT_THEORY
+from simlab.studies.reproduce.overlays import mean_field_per_seed
 
 
 def ci(x) -> str:
@@ -31,7 +31,8 @@ for w in widths:
     d = bert.meta["config"]["block"]["d_model"]
     gb, gc = bert["out_cos_gain"], cent["out_cos_gain"]  # (N, seeds)
     peak = int(np.argmax(gb.mean(-1)))
-    mf = VARIANT_THEORY["mean_field_gain"](bert)[1]
+    own, expect = mean_field_per_seed(bert), mean_field_per_seed(bert, own_weights=False)
+    mf = own.mean(-1)
     print(
         f"d {d} ({bert.n_seeds} seeds, {bert.meta['config']['inputs']['batch']} x "
         f"{bert.meta['config']['inputs']['length']} tokens)"
@@ -44,6 +45,16 @@ for w in widths:
     print(
         f"  peak at N = {n[peak]:.3g}: BERT MLP {ci(gb[peak])}, mean removed {ci(gc[peak])}, "
         f"mean field {mf[peak]:.5f} (sim / mean field {gb[peak].mean() / mf[peak]:.2f})"
+    )
+    # per seed at N -> 0, where the gain is the MLP's mean output: each seed's own |1^T W_2|^2
+    # (and the other statistics) against their expectations
+    r = np.corrcoef(gb[0], own[0])[0, 1]
+    rel_own = np.abs(gb[0] - own[0]) / own[0].mean()
+    rel_exp = np.abs(gb[0] - expect[0]) / expect[0].mean()
+    print(
+        f"  per seed at N = {n[0]:g}: r(sim, own-weights prediction) = {r:+.3f}; median / max "
+        f"|sim - pred| / mean pred: own weights {np.median(rel_own):.3f} / {rel_own.max():.3f}, "
+        f"expectations {np.median(rel_exp):.3f} / {rel_exp.max():.3f}"
     )
     err = np.abs(gb.mean(-1) - mf)
     print(

@@ -84,10 +84,12 @@ def test_interrupt_keeps_the_chunks_and_leaves_no_lock(tmp_path):
     np.testing.assert_array_equal(res["out_cos"], simlab.run_sweep(tiny(), quiet=True)["out_cos"])
 
 
+# one point per chunk file, ~5 ms each once compiled (and compiling is cached across tests): the
+# test interrupts at the first chunk file, so the run must outlast the polling by far
 SLOW_SWEEP = (
     '[block]\nd_model = 8\nn_heads = 2\n[inputs]\nkind = "gaussian"\nbatch = 2\n'
     'length = 4\n[[axes]]\nname = "drift_norm"\nspace = "lin"\nstart = 0.0\nstop = 1.0\n'
-    "num = 400\n[sweep]\nmicro_batch = 1\nchunk_size = 1\n"
+    "num = 800\n[sweep]\nmicro_batch = 1\nchunk_size = 1\n"
 )
 
 
@@ -113,8 +115,9 @@ def test_ctrl_c_on_the_command_line(tmp_path, command):
         cmd += ["--quiet"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 120
-    while time.time() < deadline and len(list((out / "chunks").glob("*.npz"))) < 3:
-        time.sleep(0.05)
+    while time.time() < deadline and not any((out / "chunks").glob("*.npz")):
+        time.sleep(0.01)
+    assert p.poll() is None, "the sweep finished before it could be interrupted"
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
@@ -124,7 +127,7 @@ def test_ctrl_c_on_the_command_line(tmp_path, command):
     assert not (out / ".lock").exists() and not (out / "claims").exists()
     r = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0 and f"resuming {out}: " in r.stderr, r.stderr  # (not --quiet)
-    assert simlab.load(out)["out_cos"].shape == (400, 1)
+    assert simlab.load(out)["out_cos"].shape == (800, 1)
 
 
 # ------------------------------------------------------------------------------ storage

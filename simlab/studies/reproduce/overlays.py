@@ -84,13 +84,13 @@ CURVE_THEORY: dict[str, Callable[[Results, str, dict], tuple | None]] = {
 
 
 # Theory overlays of a `variants` figure: name -> curve (x, y, label) or None, per variant sweep.
-def _mean_field_gain(res: Results):
-    """Width figure: claim 10's mean-field gain of the block against N (theory.mean_field_gain:
+def mean_field_per_seed(res: Results, own_weights: bool = True) -> np.ndarray | None:
+    """Claim 10's mean-field gain of a BERT-init post-LN block against N (theory.mean_field_gain:
     the attention branch under uniform attention, then the GELU MLP's shared and private
-    outputs), each seed with its own weights' statistics (the covariates drift_vo,
-    drift_vo_dot, mlp_shared, mlp_drift_dot, mlp_trace) and its own input cosine, averaged over
-    the seeds. None for the mean-removed MLP (the closed form keeps the shared output) and for
-    results without the covariates."""
+    outputs), (N, seeds): each seed with its own input cosine and, own_weights, its own weights'
+    statistics (the covariates drift_vo, drift_vo_dot, mlp_shared, mlp_drift_dot, mlp_trace;
+    else their expectations). None for the mean-removed MLP (the closed form keeps the shared
+    output) and for results without the covariates."""
     b, i = res.meta["config"]["block"], res.meta["config"]["inputs"]
     if b["kind"] != "post_ln" or b["init"] != "bert" or i["kind"] != "embedding":
         return None
@@ -99,12 +99,21 @@ def _mean_field_gain(res: Results):
     names = ("drift_vo", "drift_vo_dot", "mlp_shared", "mlp_drift_dot", "mlp_trace")
     if any(n not in res.covariates for n in names) or len(res.axes) != 1:
         return None
-    k, beta, shared, gamma, tau = (np.asarray(res.covariates[n], float)[:, 0] for n in names)
     d, ratio = b["d_model"], b.get("mlp_ratio", 4)
     rho0 = np.asarray(res["input_cos"], float)  # (N, seeds)
-    pred = gains.mean_field_gain(
+    if not own_weights:
+        return gains.mean_field_gain(rho0, gains.expected_drift_gain_factor(d), d, ratio)
+    k, beta, shared, gamma, tau = (np.asarray(res.covariates[n], float)[:, 0] for n in names)
+    return gains.mean_field_gain(
         rho0, 1.0 + 2.0 * beta + k, d, ratio, 0.02, ratio * d * shared, gamma, tau
     )
+
+
+def _mean_field_gain(res: Results):
+    """Width figure: mean_field_per_seed averaged over the seeds."""
+    pred = mean_field_per_seed(res)
+    if pred is None:
+        return None
     return res.axes["drift_norm"], pred.mean(axis=1), "mean field (claim 10), seeds' own weights"
 
 
