@@ -113,7 +113,16 @@ def test_ctrl_c_on_the_command_line(tmp_path, command):
         out = tmp_path / "figs" / "data" / "slow"
         cmd = [sys.executable, "-m", "simlab", "reproduce", "--out", str(tmp_path / "figs")]
         cmd += ["--quiet"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # a job started in the background (`... &`) inherits SIGINT ignored: give it back its
+        # default, as an interactive shell would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not any((out / "chunks").glob("*.npz")):
         time.sleep(0.01)
