@@ -14,6 +14,7 @@ from simlab.plot.axes import (
     FIGSIZE,
     THEORY_COLORS,
     cell_edges,
+    centred_colormap,
     overlay_theory,
     save_figure,
 )
@@ -26,6 +27,7 @@ from simlab.plot.refined import plot_refined, refined_phase_diagram
 _overlay_theory = overlay_theory
 
 __all__ = [
+    "centred_colormap",
     "DPI",
     "FIGSIZE",
     "THEORY_COLORS",

@@ -85,6 +85,26 @@ def overlay_theory(ax, theory, default_style: dict, alternate: bool = False) -> 
         ax.plot(tx, ty, label=label, scalex=False, scaley=False, **style)
 
 
+def finish_map(ax, handles: list, theory, x_label, y_label, title) -> None:
+    """The common end of a map (phase_diagram, refined_phase_diagram): the theory overlays
+    (the first dashed, the others dash-dotted), one legend of the contour handles and every
+    labelled line, the axis labels and the title."""
+    overlay_theory(ax, theory, dict(lw=1.8, ls="--"), alternate=True)
+    handles = handles + [h for h in ax.get_lines() if not h.get_label().startswith("_")]
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.85)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
+def centred_colormap(z) -> dict:
+    """Colour-map keywords of a diverging map centred on 0: blue below, red above, white at 0."""
+    top = float(np.nanmax(np.abs(z))) or 1.0
+    return {"cmap": "RdBu_r", "vmin": -top, "vmax": top}
+
+
 # file suffix -> matplotlib format: the suffix picks the format
 FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 

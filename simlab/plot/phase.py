@@ -14,7 +14,7 @@ from matplotlib import patheffects
 from matplotlib.lines import Line2D
 
 from simlab.engine.select import is_log_spaced
-from simlab.plot.axes import cell_edges, new_ax, overlay_theory, sorted_axis
+from simlab.plot.axes import cell_edges, finish_map, new_ax, sorted_axis
 
 _OUTLINE = [patheffects.withStroke(linewidth=2.6, foreground="black")]
 
@@ -81,14 +81,7 @@ def phase_diagram(
         if c.shape != z.shape:
             raise ValueError(f"phase_diagram: contour has shape {c.shape}, expected {z.shape}")
         handles += _contour(ax, xs, ys, c[np.ix_(yo, xo)], contour_levels, contour_label)
-    overlay_theory(ax, theory, dict(lw=1.8, ls="--"), alternate=True)
-    handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
-    if handles:
-        ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.85)
-    ax.set_xlabel(x_label)
-    ax.set_ylabel(y_label)
-    if title:
-        ax.set_title(title, fontsize=10)
+    finish_map(ax, handles, theory, x_label, y_label, title)
     return fig, ax
 
 

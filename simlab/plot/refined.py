@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 
 from simlab.engine import refine
 from simlab.errors import ConfigError
-from simlab.plot.axes import new_ax, overlay_theory, save_figure
+from simlab.plot.axes import centred_colormap, finish_map, new_ax, save_figure
 from simlab.plot.lines import curves
 
 _OUTLINE = [patheffects.withStroke(linewidth=2.6, foreground="black")]
@@ -136,21 +136,8 @@ def refined_phase_diagram(
                 out[..., a] = lat.to_axis(segs[..., a], a)
             style = dict(colors="tab:orange", linewidths=1.4)
             handles += _lines(ax, plotted(out), style, f"{contour} = {level:g}" if i == 0 else None)
-    overlay_theory(ax, theory, dict(lw=1.8, ls="--"), alternate=True)
-    handles += [h for h in ax.get_lines() if not h.get_label().startswith("_")]
-    if handles:
-        ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.85)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    if title:
-        ax.set_title(title, fontsize=10)
+    finish_map(ax, handles, theory, x, y, title)
     return fig, ax
-
-
-def _centred(z) -> dict:
-    """A diverging colour map centred on 0 (blue below, red above)."""
-    top = float(np.nanmax(np.abs(z))) or 1.0
-    return {"cmap": "RdBu_r", "vmin": -top, "vmax": top}
 
 
 def plot_refined(
@@ -185,6 +172,7 @@ def plot_refined(
             map(str, r["lattice"])
         )
     if y is not None:
+        values = refine.point_values(res, metric, layer).mean(axis=1)
         fig, ax = refined_phase_diagram(
             res,
             x=x,
@@ -195,7 +183,7 @@ def plot_refined(
             contour_levels=contour_levels,
             theory=theory,
             title=title,
-            **(_centred(refine.point_values(res, metric, layer).mean(axis=1)) if diverging else {}),
+            **(centred_colormap(values) if diverging else {}),
         )
     else:
         if list(r["axes"]) != [x]:

@@ -159,17 +159,11 @@ def heatmap(r: Run, name: str, fig: dict) -> list[Path]:
                 contour_label=c,
                 theory=overlays or None,
                 title=title,
-                **(_centred(z) if diverging else {}),
+                **(plot.centred_colormap(z) if diverging else {}),
             )
             plot.save_figure(f, path)
         files.append(path)
     return files
-
-
-def _centred(z) -> dict:
-    """A diverging colour map centred on 0: blue below, red above, white at 0."""
-    top = float(np.nanmax(np.abs(z))) or 1.0
-    return {"cmap": "RdBu_r", "vmin": -top, "vmax": top}
 
 
 def curves(r: Run, name: str, fig: dict) -> list[Path]:
