@@ -62,18 +62,35 @@ class ToyLab:
         return {"entropy": entropy, "cos": jnp.stack([_cos(x), _cos(y)])}
 
 
-# One persistent compilation cache for the whole test run (every xdist worker and every
-# subprocess inherits it): many tests compile the same small programs again in other processes
-# or labs (a cache hit loads the very same executable, so the numbers are unchanged). A fresh
-# directory per run, removed at the end; tests of the cache itself set their own.
+# One persistent compilation cache for every compiled program of the tests (every xdist worker
+# and every subprocess inherits it), kept between runs: most of the suite's time is XLA
+# compiling small programs, and a program that did not change is loaded instead (the very same
+# executable, so the numbers are unchanged; jax keys an entry by the program, the compile
+# options, the flags and the jax version). SIMLAB_TEST_CACHE: the directory (default
+# $XDG_CACHE_HOME/simlab/test-jax, else ~/.cache/simlab/test-jax), or "off" for a fresh one per
+# run, removed at its end (every program compiled anew, as on a fresh machine). Not capped
+# (jax's eviction, jax_compilation_cache_max_size, removed entries that other workers were
+# reading): a full run fills ~42 MB; `rm -r` the directory to empty it. Tests of the cache
+# itself set their own.
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-CACHE_DIR = os.path.join(tempfile.gettempdir(), f"simlab-test-cache-{os.getuid()}", _RUN)
+_KEEP = os.environ.get("SIMLAB_TEST_CACHE", "").strip()
+if _KEEP.lower() in ("off", "0", "no", "false"):
+    _KEEP = ""
+    CACHE_DIR = os.path.join(tempfile.gettempdir(), f"simlab-test-cache-{os.getuid()}", _RUN)
+else:
+    _base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    CACHE_DIR = _KEEP = os.path.expanduser(_KEEP) or os.path.join(_base, "simlab", "test-jax")
 os.environ.setdefault("SIMLAB_COMPILE_CACHE", CACHE_DIR)
+
+from simlab.engine import compile_cache  # noqa: E402
+
+compile_cache.enable()  # every jit of the tests, not only the sweeps' (which enable it too)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The run's compilation cache goes when the run ends (in the controller, or a plain run)."""
-    if not hasattr(session.config, "workerinput"):
+    """A per-run cache (SIMLAB_TEST_CACHE=off) goes when the run ends (in the controller, or a
+    plain run)."""
+    if not hasattr(session.config, "workerinput") and not _KEEP:
         shutil.rmtree(os.environ.get("SIMLAB_COMPILE_CACHE", CACHE_DIR), ignore_errors=True)
 
 

@@ -39,10 +39,16 @@ def on_path():
     plugins._loaded.pop("simlab_sandwich", None)
 
 
-def test_sweep_plot_and_check_theory_through_the_cli(tmp_path, capsys):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def sandwich_run(tmp_path_factory):
+    """`simlab sweep examples/plugins/sandwich.toml` (the plugin named in the config)."""
+    out = tmp_path_factory.mktemp("sandwich") / "run"
     assert main(["sweep", str(PLUGIN_DIR / "sandwich.toml"), "--out", str(out), "--quiet"]) == 0
-    res = simlab.load(out)
+    return out
+
+
+def test_sweep_through_the_cli(sandwich_run, tmp_path):
+    res = simlab.load(sandwich_run)
     assert res.meta["config"]["block"]["kind"] == "sandwich"
     assert {s["entry"] for s in res.meta["config"]["sources"]} == {
         "sandwich",
@@ -75,8 +81,13 @@ def test_sweep_plot_and_check_theory_through_the_cli(tmp_path, capsys):
         == 0
     )
     assert simlab.load(tmp_path / "set").meta["config"]["block"]["kind"] == "sandwich"
+
+
+@pytest.mark.slow
+def test_plot_and_check_theory_through_the_cli(sandwich_run, tmp_path, capsys):
     png = tmp_path / "p.png"
-    argv = ["plot", str(out), "--x", "drift_norm", "--y", "lambda", "--metric", "out_mean_ratio"]
+    argv = ["plot", str(sandwich_run), "--x", "drift_norm", "--y", "lambda"]
+    argv += ["--metric", "out_mean_ratio"]
     assert main([*argv, "--out", str(png), "--plugin", "simlab_sandwich"]) == 0
     assert png.stat().st_size > 10_000
     figs = tmp_path / "figs"

@@ -55,9 +55,10 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     """Run `simlab sweep`; print where the results are."""
-    from simlab.engine.config import apply_overrides, default_config_path, read_toml
+    from simlab.engine.config import default_config_path
     from simlab.engine.schedule import worker_from_env
     from simlab.engine.sweep import run_sweep
+    from simlab.engine.tomlio import apply_overrides, read_toml
 
     apply_cache_argument(args)
     if (args.config is None) == (not args.default):

@@ -48,16 +48,15 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from simlab.engine import claims, compile_cache, memory, results
+from simlab.engine import claims, memory, results
 from simlab.engine.compile import (
+    ChunkRunner,
     bytes_per_micro_batch,
-    compile_sweep,
-    grid_knobs,
     jitted,
     knob_dtype,
     local_devices,
 )
-from simlab.engine.config import SweepConfig, fingerprint, load_config, read_toml
+from simlab.engine.config import SweepConfig, fingerprint, load_config
 from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.engine.schedule import Writer, check_worker, wait_for_results
 from simlab.engine.store import (
@@ -69,6 +68,7 @@ from simlab.engine.store import (
     make_layout,
     merge,
 )
+from simlab.engine.tomlio import read_toml
 from simlab.errors import ConfigError, Interrupted, StorageError
 
 log = logging.getLogger(__name__)
@@ -353,70 +353,6 @@ def open_directory(out_dir: Path | None, resolved, fp: str):
             log.info("%s: removed %s (left by a writer that is gone)", out_dir, name)
         (out_dir / "chunks").mkdir(exist_ok=True)
     return coord
-
-
-class ChunkRunner:
-    """compute_chunk(seed, start, stop) for a Writer: compiles both programs on the first chunk
-    (none when nothing is missing), keeps the current seed's state on every device, runs each
-    device's contiguous part of the chunk with the same program (simlab.engine.compile), and
-    times both."""
-
-    def __init__(self, cfg: SweepConfig, lab, names, devices: list, layout: Layout):
-        self.cfg, self.lab, self.names, self.devices, self.layout = cfg, lab, names, devices, layout
-        self.per_device = layout.chunk_mb // len(devices)
-        self.capacity = max(2, self.per_device)  # never a leading dimension of 1
-        self.grid = grid_knobs(cfg)
-        fixed = {k: knob_dtype().type(v) for k, v in cfg.knobs.items()}
-        self.fixed = {d: jax.device_put(fixed, d) for d in devices}
-        self.compiled_state = self.compiled = None
-        self.states, self.state_seed = {}, None
-        self.compile_s = self.compute_s = 0.0
-
-    def _compile(self) -> None:
-        tc = time.perf_counter()
-        cache = compile_cache.enable()
-        self.compiled_state, self.compiled = compile_sweep(
-            self.lab,
-            self.names,
-            self.devices,
-            self.fixed[self.devices[0]],
-            self.capacity,
-            self.cfg.sweep.micro_batch,
-            self.grid,
-            self.cfg.sweep.matmul_precision,
-        )
-        self.compile_s = time.perf_counter() - tc
-        log.info("sweep: compiled in %.2f s (cache: %s)", self.compile_s, cache or "off")
-
-    def __call__(self, s: int, a: int, b: int) -> dict[str, np.ndarray]:
-        if self.compiled is None:
-            self._compile()
-        tc = time.perf_counter()
-        mb, n_points = self.cfg.sweep.micro_batch, self.layout.n_points
-        if self.state_seed != s:
-            seed = self.cfg.sweep.first_seed + s
-            key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.sweep.base_seed), seed)
-            state = self.compiled_state(key)
-            self.states = {d: jax.device_put(state, d) for d in self.devices}
-            self.state_seed = s
-        parts = []  # dispatched to every device before any result is read: they run at once
-        for i, d in enumerate(self.devices):
-            lo = a + i * self.per_device
-            hi = min(lo + self.per_device, b)
-            if lo >= hi:
-                break
-            idx = np.minimum(np.arange(lo * mb, (lo + self.capacity) * mb), n_points - 1)
-            swept = {k: v[idx].reshape(self.capacity, mb) for k, v in self.grid.items()}
-            n = np.int32(hi - lo)
-            res = self.compiled[d](self.states[d], self.fixed[d], jax.device_put(swept, d), n)
-            parts.append((hi - lo, res))
-        out = {
-            name: np.concatenate([np.asarray(res[name])[:n] for n, res in parts])
-            for name in self.names
-        }
-        out = {k: x.reshape((-1,) + x.shape[2:]) for k, x in out.items()}
-        self.compute_s += time.perf_counter() - tc
-        return out
 
 
 def compute(

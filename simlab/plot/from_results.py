@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from simlab.engine import refine
+from simlab.engine import levelset
 from simlab.engine.select import axis_is_log, nearest
 from simlab.errors import ConfigError
 from simlab.plot.axes import save_figure
@@ -237,7 +237,7 @@ def plot_results(
     A refined sweep is drawn by simlab.plot.refined.plot_refined (its cells at their own size,
     its boundary and band; no `select`).
     """
-    if refine.is_refined(results):
+    if levelset.is_refined(results):
         if select:
             raise ConfigError("select: a refined sweep has no other axes to fix")
         return plot_refined(

@@ -16,7 +16,7 @@ from matplotlib import patheffects
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.lines import Line2D
 
-from simlab.engine import refine
+from simlab.engine import levelset
 from simlab.errors import ConfigError
 from simlab.plot.axes import centred_colormap, finish_map, new_ax, save_figure
 from simlab.plot.lines import curves
@@ -68,7 +68,7 @@ def refined_phase_diagram(
     (module docstring), with the refinement's boundary and band (boundary=True), contour lines
     of the metric `contour` at `contour_levels`, and theory curves (x_arr, y_arr, label).
     Returns (fig, ax)."""
-    r, idx, leaves = refine.structure(res)
+    r, idx, leaves = levelset.structure(res)
     names = list(r["axes"])
     if len(names) != 2 or sorted((x, y)) != sorted(names):
         raise ConfigError(
@@ -76,9 +76,9 @@ def refined_phase_diagram(
             f"y={y!r}"
         )
     swap = names.index(x) == 1
-    lat = refine.view_lattice(r)
-    mean = refine.point_values(res, metric, layer).astype(np.float64).mean(axis=1)
-    corner = refine.leaf_values(lat, idx, leaves, mean)
+    lat = levelset.view_lattice(r)
+    mean = levelset.point_values(res, metric, layer).astype(np.float64).mean(axis=1)
+    corner = levelset.leaf_values(lat, idx, leaves, mean)
     with np.errstate(invalid="ignore"):
         colour = np.nanmean(np.where(np.isfinite(corner), corner, np.nan), axis=1)
     lo, h = leaves[:, :2], leaves[:, 2:3]
@@ -116,7 +116,7 @@ def refined_phase_diagram(
 
     handles = []
     if boundary:
-        b = refine.refined_boundary(res)
+        b = levelset.refined_boundary(res)
         handles += _lines(
             ax,
             plotted(b.in_coordinates(b.segments)),
@@ -128,9 +128,9 @@ def refined_phase_diagram(
         handles += _lines(ax, plotted(b.in_coordinates(b.lo)), band, label)
         _lines(ax, plotted(b.in_coordinates(b.hi)), band, None)
     if contour is not None:
-        cm = refine.point_values(res, contour, layer).astype(np.float64).mean(axis=1)
+        cm = levelset.point_values(res, contour, layer).astype(np.float64).mean(axis=1)
         for i, level in enumerate(sorted(contour_levels or [])):
-            segs = refine.level_set(lat, idx, leaves, cm, float(level))
+            segs = levelset.level_set(lat, idx, leaves, cm, float(level))
             out = np.empty_like(segs)
             for a in range(2):
                 out[..., a] = lat.to_axis(segs[..., a], a)
@@ -160,7 +160,7 @@ def plot_refined(
     one-axis refinement (y None) the seed mean along x with a -+1 std band and the boundary's
     crossings marked. diverging: a colour map centred on 0 (a signed metric). Saves to `out`
     when given; returns (fig, ax)."""
-    r, idx, _ = refine.structure(res)
+    r, idx, _ = levelset.structure(res)
     if metric not in res.metrics:
         raise ConfigError(
             f"metric {metric!r} not in this sweep; have: {', '.join(sorted(res.metrics))}"
@@ -172,7 +172,7 @@ def plot_refined(
             map(str, r["lattice"])
         )
     if y is not None:
-        values = refine.point_values(res, metric, layer).mean(axis=1)
+        values = levelset.point_values(res, metric, layer).mean(axis=1)
         fig, ax = refined_phase_diagram(
             res,
             x=x,
@@ -191,7 +191,7 @@ def plot_refined(
                 f"a refined sweep is drawn over its refined axes {', '.join(r['axes'])} "
                 "(give --x and --y)"
             )
-        v = refine.point_values(res, metric, layer).astype(np.float64)
+        v = levelset.point_values(res, metric, layer).astype(np.float64)
         xs = np.asarray(r["coords"][x], float)
         std = v.std(axis=1, ddof=1) if n > 1 else None
         fig, ax = curves(
@@ -203,7 +203,7 @@ def plot_refined(
             title=title,
             theory=theory,
         )
-        b = refine.refined_boundary(res)
+        b = levelset.refined_boundary(res)
         for c in b.in_coordinates(b.segments):
             ax.axvline(c, color="k", ls=":", lw=1.0)
     if x_label:

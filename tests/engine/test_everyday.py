@@ -15,7 +15,8 @@ import pytest
 
 import simlab
 from simlab.cli import main
-from simlab.engine.config import apply_overrides, load_config
+from simlab.engine.config import load_config
+from simlab.engine.tomlio import apply_overrides
 from simlab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,9 @@ import pytest
 import simlab
 from simlab.cli import main
 from simlab.engine.config import load_config
-from simlab.engine.grow import first_outside, point_keys
+from simlab.engine.grow import first_outside
 from simlab.engine.info import describe
+from simlab.engine.parts import point_keys
 from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
 
@@ -311,7 +312,7 @@ def test_jax_distributed_grows_a_sweep(tmp_path):
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     res = simlab.load(out)
-    from simlab.engine.config import apply_overrides, read_toml
+    from simlab.engine.tomlio import apply_overrides, read_toml
 
     want = run_sweep(apply_overrides(read_toml(cfg), sorted(GROWN)), quiet=True)
     assert_same(res, want)

@@ -12,7 +12,7 @@ import pytest
 
 import simlab
 from simlab.cli import main
-from simlab.engine import refine
+from simlab.engine import levelset, refine
 from simlab.engine.config import load_config
 from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
@@ -93,7 +93,7 @@ def test_refinement_invariants_on_a_known_field():
         cover[i : i + h, j : j + h] += 1
     assert np.all(cover == 1)
     vals = circle(lat)(st.points)
-    corners = refine.leaf_values(lat, st.points, st.leaves, vals.mean(1))
+    corners = levelset.leaf_values(lat, st.points, st.leaves, vals.mean(1))
     assert np.all(np.isfinite(corners))
     hit = refine._straddle(corners, 0.3)
     assert np.all(st.leaves[hit, 2] == 1)  # straddling leaves are finest cells
@@ -101,9 +101,9 @@ def test_refinement_invariants_on_a_known_field():
     idx = np.stack(np.unravel_index(np.arange(n[0] * n[1]), n), axis=1)
     lows = np.stack(np.unravel_index(np.arange(32 * 32), (32, 32)), axis=1)
     every = np.concatenate([lows, np.ones((len(lows), 1), int)], axis=1)
-    dense = refine.level_set(lat, idx, every, circle(lat)(idx).mean(1), 0.3)
-    ref = refine.level_set(lat, st.points, st.leaves, vals.mean(1), 0.3)
-    assert len(ref) == len(dense) > 50 and refine.hausdorff(ref, dense) < 1e-12
+    dense = levelset.level_set(lat, idx, every, circle(lat)(idx).mean(1), 0.3)
+    ref = levelset.level_set(lat, st.points, st.leaves, vals.mean(1), 0.3)
+    assert len(ref) == len(dense) > 50 and levelset.hausdorff(ref, dense) < 1e-12
     anyrule = refine.simulate(lat, circle(lat), 0.3, rule="any")
     assert set(flat) <= set(lat.flat(anyrule.points)) and len(anyrule.points) > len(flat)
 
@@ -111,21 +111,21 @@ def test_refinement_invariants_on_a_known_field():
 def test_marching_squares_and_hausdorff():
     """A single cell: a straight crossing, a saddle split by the centre's value; distances in
     lattice units."""
-    lat = refine.view_lattice(
+    lat = levelset.view_lattice(
         {"axes": ["x", "y"], "space": ["lin", "lin"], "finest": {"x": [0, 1], "y": [0, 1]}}
     )
     idx = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
     leaf = np.array([[0, 0, 1]])
-    seg = refine.level_set(lat, idx, leaf, np.array([0.0, 0.0, 1.0, 1.0]), 0.25)
+    seg = levelset.level_set(lat, idx, leaf, np.array([0.0, 0.0, 1.0, 1.0]), 0.25)
     np.testing.assert_allclose(seg, [[[0.25, 0.0], [0.25, 1.0]]])
     # saddle: 00 and 11 high; centre mean 0.5 >= 0.5: they join, segments cut off 10 and 01
-    saddle = refine.level_set(lat, idx, leaf, np.array([1.0, 0.0, 0.0, 1.0]), 0.5)
+    saddle = levelset.level_set(lat, idx, leaf, np.array([1.0, 0.0, 0.0, 1.0]), 0.5)
     assert len(saddle) == 2
     mids = sorted(tuple(np.round(s.mean(0), 3)) for s in saddle)
     assert mids == [(0.25, 0.75), (0.75, 0.25)]
     a = np.array([[[0.0, 0.0], [1.0, 0.0]]])
-    assert refine.hausdorff(a, a + [0.0, 0.5]) == pytest.approx(0.5)
-    assert refine.hausdorff(a, np.zeros((0, 2, 2))) == np.inf
+    assert levelset.hausdorff(a, a + [0.0, 0.5]) == pytest.approx(0.5)
+    assert levelset.hausdorff(a, np.zeros((0, 2, 2))) == np.inf
 
 
 @pytest.mark.slow
@@ -137,13 +137,13 @@ def test_refined_sweep_equals_the_dense_grid_where_both_resolve(tmp_path):
 
     res = run_sweep(TOY, lab=LAB, quiet=True)
     dense = run_sweep(dense_config(TOY), lab=LAB, quiet=True)
-    r, idx, leaves = refine.structure(res)
+    r, idx, leaves = levelset.structure(res)
     assert r["lattice"] == [17, 17] and len(idx) == sum(r["points_per_level"]) < 17 * 17
     for k in res.metrics:
         np.testing.assert_array_equal(res[k], dense[k][tuple(idx.T)], err_msg=k)
-    b = refine.refined_boundary(res)
-    bd = refine.grid_boundary(dense, "entropy", 1.0)
-    assert len(b.segments) > 5 and refine.hausdorff(b.segments, bd.segments) < 1e-9
+    b = levelset.refined_boundary(res)
+    bd = levelset.grid_boundary(dense, "entropy", 1.0)
+    assert len(b.segments) > 5 and levelset.hausdorff(b.segments, bd.segments) < 1e-9
     assert b.lo is not None and b.hi is not None  # the band over two seeds
     saved = run_sweep(TOY, lab=LAB, out=tmp_path / "r", quiet=True)
     again = simlab.load(tmp_path / "r")

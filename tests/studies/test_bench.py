@@ -134,6 +134,7 @@ def test_quick_bench_writes_json(tmp_path):
     assert bench.flop_counts(bench.workload_configs("W3", True)[""])["path"] == "factored"
 
 
+@pytest.mark.slow
 def test_torch_peer_equals_simlab_on_the_same_weights():
     """The PyTorch loop fed simlab's own weights and tokens (torch_loop.from_simlab) computes
     the metrics of simlab's engine (tiled, factored) to float32 rounding, for the attention-only

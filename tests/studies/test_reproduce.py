@@ -13,8 +13,8 @@ from simlab.cli import main as cli_main
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.engine import select
-from simlab.engine.config import read_toml
 from simlab.engine.results import Results
+from simlab.engine.tomlio import read_toml
 from simlab.errors import ConfigError
 from simlab.studies import reproduce
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from simlab.engine.config import experiments_dir, read_toml
+from simlab.engine.config import experiments_dir
+from simlab.engine.tomlio import read_toml
 
 LINE = re.compile(r"^base_seed\s*=\s*(\d+)\s*(#.*)?$", re.M)
 

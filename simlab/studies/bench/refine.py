@@ -6,7 +6,7 @@ lattice's resolution (num_a = (num_a - 1) 2^levels + 1, no [refine]) are both ru
 `simlab.run_sweep`; both put every point on the same coordinates, so a point they share has the
 same numbers bit for bit. Reported: the points per seed of each (and per refinement level), their
 ratio, and the Hausdorff distance between the two boundaries metric = level (seed mean, extracted
-on each one's cells, simlab.engine.refine.level_set) in finest cells. Targets: >= 8x fewer points,
+on each one's cells, simlab.engine.levelset.level_set) in finest cells. Targets: >= 8x fewer points,
 boundaries within one finest cell everywhere.
 
 `paper_map(levels)` is the paper's map refined (experiments/paper_refined.toml, at its [quick]
@@ -80,7 +80,7 @@ def refine_vs_dense(
     """Run the refined sweep of `config` and the dense grid of its finest lattice (into
     out/refined and out/dense when given; finished ones reload) and compare them (module
     docstring)."""
-    from simlab.engine import refine
+    from simlab.engine import levelset
     from simlab.engine.sweep import run_sweep
 
     out = None if out is None else Path(out)
@@ -91,10 +91,10 @@ def refine_vs_dense(
         dense_config(config), out=None if out is None else out / "dense", quiet=quiet, lab=lab
     )
     t2 = time.perf_counter()
-    r, idx, _ = refine.structure(ref)
-    b_ref = refine.refined_boundary(ref)
-    b_dense = refine.grid_boundary(dense, r["metric"], r["level"], r.get("layer"))
-    dev = refine.hausdorff(b_ref.segments, b_dense.segments)
+    r, idx, _ = levelset.structure(ref)
+    b_ref = levelset.refined_boundary(ref)
+    b_dense = levelset.grid_boundary(dense, r["metric"], r["level"], r.get("layer"))
+    dev = levelset.hausdorff(b_ref.segments, b_dense.segments)
     n_ref, n_dense = len(idx), int(np.prod(r["lattice"]))
     shared = tuple(idx.T)
     same = all(

@@ -22,7 +22,7 @@ def load_config(
     (Claim.config_path: <config_dir>/theory_<claim>.toml by default, config_dir defaulting to
     the experiments/ folder), the one source of check-theory's sizes, then `overrides` (keys
     of that table only)."""
-    from simlab.engine.config import read_toml
+    from simlab.engine.tomlio import read_toml
 
     claim = lookup(claim)
     path = claim.config_path(config_dir)

@@ -19,13 +19,8 @@ import itertools
 import re
 from pathlib import Path
 
-from simlab.engine.config import (
-    EXPERIMENT_KEYS,
-    apply_overrides,
-    apply_quick,
-    experiments_dir,
-    read_toml,
-)
+from simlab.engine.config import EXPERIMENT_KEYS, apply_quick, experiments_dir
+from simlab.engine.tomlio import apply_overrides, read_toml
 from simlab.errors import ConfigError
 
 VARIANT_TABLES = ("block", "inputs", "knobs", "sweep")

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simlab import plot
-from simlab.engine import refine
+from simlab.engine import levelset
 from simlab.engine.results import Results
 from simlab.engine.select import nearest
 from simlab.errors import ConfigError
@@ -386,7 +386,7 @@ def _overlays(res: Results, fig: dict, name: str) -> list:
             raise ConfigError(
                 f"{name}.toml: figures.theory: {t!r} is not one of {', '.join(map(repr, THEORY))}"
             )
-    view = refine.lattice_view(res)
+    view = levelset.lattice_view(res)
     return [THEORY[t](view) for t in fig.get("theory", [])]
 
 
@@ -417,11 +417,11 @@ def boundary_curve(res: Results, x: str) -> dict[str, np.ndarray]:
     """The refinement's boundary along axis x of a refined sweep: x's finest coordinates, the
     other axis's coordinate where the seed mean crosses the level, and the band (lo, hi) where
     mean -+ t sem do (NaN where there is no crossing)."""
-    b = refine.refined_boundary(res)
+    b = levelset.refined_boundary(res)
     if x not in b.axes or len(b.axes) != 2:
         raise ConfigError(f"figures.x: {x!r} is not one of the refined axes {list(b.axes)}")
     along = b.axes.index(x)
-    c = refine.crossings(b, along)
+    c = levelset.crossings(b, along)
 
     def y(u):
         return None if u is None else b.to_axis(u, 1 - along)
@@ -450,7 +450,7 @@ def boundary(r: Run, name: str, fig: dict) -> list[Path]:
             what += f"; max |{y_name}/theory - 1| = {err:.3f}"
     label = f"{y_name} at {b.metric} = {b.level:g} (seed mean"
     label += f", {b.confidence:.0%} band)" if curve["band"] is not None else ")"
-    space = dict(zip(b.axes, refine.structure(res)[0]["space"]))
+    space = dict(zip(b.axes, levelset.structure(res)[0]["space"]))
     f, ax = plot.curves(
         curve["x"],
         {label: (curve["y"], curve["band"])},

@@ -94,7 +94,7 @@ def reproduce(
 ) -> dict[str, Any]:
     """Run the named experiment groups or configs (all by default); returns config -> (files,
     seconds). `extra`: overrides applied on top of every config (like [quick]); `sets`:
-    --set KEY=VALUE overrides (simlab.engine.config.apply_overrides) applied last."""
+    --set KEY=VALUE overrides (simlab.engine.tomlio.apply_overrides) applied last."""
     configs = _configs(names, experiment_files(directory))
     out = check_writable(
         out if out is not None else Path("figures") / ("quick" if quick else ""), "--out"

@@ -54,11 +54,11 @@ from pathlib import Path
 from simlab.engine import results
 from simlab.studies.train_dynamics import corpus
 from simlab.studies.train_dynamics.config import TrainConfig, load
+from simlab.studies.train_dynamics.figures import make_figures
 from simlab.studies.train_dynamics.loop import run
 from simlab.studies.train_dynamics.report import (
     format_overall,
     format_summary,
-    make_figures,
     overall,
     summarize,
 )

@@ -146,7 +146,8 @@ def load(quick: bool = False, overrides: dict[str, Any] | None = None) -> TrainC
     """TrainConfig from experiments/train_dynamics.toml ([train], with [quick] applied when
     quick, and [criteria]), then `overrides` (field -> value), validated; an unknown field is a
     ConfigError."""
-    from simlab.engine.config import experiments_dir, read_toml
+    from simlab.engine.config import experiments_dir
+    from simlab.engine.tomlio import read_toml
 
     path = experiments_dir() / "train_dynamics.toml"
     raw = read_toml(path)
