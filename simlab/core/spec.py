@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from simlab.errors import ConfigError
@@ -25,6 +25,14 @@ def check_choice(where: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
     return value
+
+
+def check_fields(where: str, table: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    """Refuse the first key of `table` not in `allowed`, naming it and listing `allowed`."""
+    allowed = tuple(allowed)
+    for k in table:
+        if k not in allowed:
+            raise ConfigError(f"{where}.{k}: unknown field; allowed: {', '.join(allowed)}")
 
 
 def check_int(where: str, value: Any, lo: int, hi: int | None = None) -> int:
@@ -149,8 +157,5 @@ class InputSpec:
 def spec_from_dict(cls, d: Mapping[str, Any] | None, where: str):
     """Build a frozen spec from a TOML table, refusing unknown fields."""
     d = dict(d or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    for k in d:
-        if k not in names:
-            raise ConfigError(f"{where}.{k}: unknown field; allowed: {', '.join(sorted(names))}")
+    check_fields(where, d, sorted(f.name for f in dataclasses.fields(cls)))
     return cls(**d).validate(where)

@@ -333,9 +333,7 @@ def load_plugins(raw: Mapping[str, Any]) -> tuple[str, ...]:
 
 def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
     """Validate the [sweep] table (missing fields take SWEEP_DEFAULTS)."""
-    for k in d:
-        if k not in SWEEP_DEFAULTS:
-            raise ConfigError(f"sweep.{k}: unknown field; allowed: {', '.join(SWEEP_DEFAULTS)}")
+    spec.check_fields("sweep", d, SWEEP_DEFAULTS)
     v = {**SWEEP_DEFAULTS, **{k: x for k, x in d.items() if x is not None}}
     metrics = v["metrics"]
     if metrics is not None:

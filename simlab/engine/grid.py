@@ -149,9 +149,7 @@ def parse_axis(d: Any, where: str) -> Axis:
     """Validate one [[axes]] table; every knob value is checked against the knob's range."""
     if not isinstance(d, Mapping):
         raise ConfigError(f"{where}: must be a table, got {d!r}")
-    for k in d:
-        if k not in AXIS_FIELDS:
-            raise ConfigError(f"{where}.{k}: unknown field; allowed: {', '.join(AXIS_FIELDS)}")
+    spec.check_fields(where, d, AXIS_FIELDS)
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name: must be a non-empty string, got {name!r}")
@@ -341,9 +339,7 @@ def parse_refine(d: Mapping[str, Any], axes: tuple[Axis, ...]) -> Refine:
     """Validate the [refine] table against the axes: the refined axes lin or log with at least
     two coordinates (their knobs given by the coordinate or a power law), every other axis a
     single value, and a finest lattice of at most MAX_LATTICE_POINTS points."""
-    for k in d:
-        if k not in REFINE_FIELDS:
-            raise ConfigError(f"refine.{k}: unknown field; allowed: {', '.join(REFINE_FIELDS)}")
+    spec.check_fields("refine", d, REFINE_FIELDS)
     metric = d.get("metric")
     if not isinstance(metric, str) or not metric:
         raise ConfigError(f"refine.metric: must be a metric name, got {metric!r}")

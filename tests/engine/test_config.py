@@ -155,3 +155,22 @@ def test_toml_errors(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="missing.toml: no such config file"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_unknown_fields_are_named_in_table_order_with_the_allowed_list():
+    """[sweep], [refine] and [[axes]] refuse the first unknown field in the table's order, with
+    the table's own list of fields (simlab.core.spec.check_fields)."""
+    from simlab.engine.config import SWEEP_DEFAULTS
+    from simlab.engine.grid import AXIS_FIELDS, REFINE_FIELDS
+
+    axis = dict(name="lambda", knobs=["q_scale"], values=[1.0, 2.0])
+    cases = [
+        (dict(sweep=dict(seeds=2, zz=1, aa=2)), "sweep.zz", SWEEP_DEFAULTS),
+        (dict(refine=dict(metric="out_cos", wrong=1)), "refine.wrong", REFINE_FIELDS),
+        (dict(axes=[axis, dict(axis, name="b", spce="lin")]), "axes[1].spce", AXIS_FIELDS),
+    ]
+    for extra, field, allowed in cases:
+        cfg = {"axes": [axis], **extra}
+        with pytest.raises(ConfigError) as e:
+            load_config(cfg)
+        assert str(e.value) == f"{field}: unknown field; allowed: {', '.join(allowed)}"

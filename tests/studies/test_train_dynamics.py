@@ -317,3 +317,13 @@ def test_bad_criteria_are_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("SIMLAB_EXPERIMENTS", str(tmp_path))
     with pytest.raises(ConfigError, match=r"criteria\.drift_cos: 1\.5 is outside"):
         config.load()
+
+
+def test_unknown_train_and_criteria_fields_are_named():
+    """A field the [train] or [criteria] table does not have is refused, naming the file, the
+    table and the field, and listing the fields (sorted) that exist."""
+    train = sorted({f.name for f in dataclasses.fields(config.TrainConfig)} - {"criteria"})
+    with pytest.raises(ConfigError) as e:
+        config.load(quick=True, overrides={"stepz": 3})
+    assert str(e.value).endswith(f": train.stepz: unknown field; allowed: {', '.join(train)}")
+    assert "train_dynamics.toml" in str(e.value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from simlab.core.spec import BlockSpec, check_int, check_positive
+from simlab.core.spec import BlockSpec, check_fields, check_int, check_positive
 from simlab.errors import ConfigError
 from simlab.studies.train_dynamics import corpus
 
@@ -161,18 +161,9 @@ def load(quick: bool = False, overrides: dict[str, Any] | None = None) -> TrainC
         values.update(raw.get("quick", {}))
     values.update(overrides or {})
     names = {f.name for f in dataclasses.fields(TrainConfig)} - {"criteria"}
-    for k in values:
-        if k not in names:
-            raise ConfigError(
-                f"{path}: train.{k}: unknown field; allowed: {', '.join(sorted(names))}"
-            )
+    check_fields(f"{path}: train", values, sorted(names))
     crit = dict(raw.get("criteria", {}))
-    cnames = {f.name for f in dataclasses.fields(Criteria)}
-    for k in crit:
-        if k not in cnames:
-            raise ConfigError(
-                f"{path}: criteria.{k}: unknown field; allowed: {', '.join(sorted(cnames))}"
-            )
+    check_fields(f"{path}: criteria", crit, sorted(f.name for f in dataclasses.fields(Criteria)))
     missing = names - set(values) - {"corpus"}
     if missing:
         raise ConfigError(f"{path}: train.{sorted(missing)[0]}: missing field")
