@@ -94,6 +94,26 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(os.environ.get("SIMLAB_COMPILE_CACHE", CACHE_DIR), ignore_errors=True)
 
 
+# ----------------------------------------------------------------------------- docs from scripts
+def experiment_script(name: str):
+    """experiments/<name>.py imported as a module (the scripts that print docs' numbers)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def doc_block(text: str, name: str) -> str:
+    """The lines between `<!-- name:begin ... -->` and `<!-- name:end -->` of a doc."""
+    begin, end = f"<!-- {name}:begin", f"<!-- {name}:end -->"
+    i = text.index(begin)
+    return text[text.index("\n", i) + 1 : text.index(end)]
+
+
 # ----------------------------------------------------------------------------- numpy oracles
 # ----------------------------------------------------------------------------- oracles
 def np_pairwise_cos(x_ND) -> float:

@@ -2,7 +2,6 @@
 (no hand-written verdicts), the declared verdict rule does what its docstring says, and the
 decomposition experiments are paired as their configs promise."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -10,23 +9,14 @@ import pytest
 
 import simlab
 
+from conftest import doc_block, experiment_script
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "figures" / "data"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "gallery_answer", ROOT / "experiments" / "gallery_answer.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _block(text: str) -> str:
-    begin, end = "<!-- answer:begin", "<!-- answer:end -->"
-    i = text.index(begin)
-    return text[text.index("\n", i) + 1 : text.index(end)]
+    return experiment_script("gallery_answer")
 
 
 @pytest.mark.parametrize(
@@ -48,7 +38,7 @@ def test_verdict_rule(lo, hi, mean, want):
 def test_gallery_states_the_scripts_answer():
     got = _script().main(DATA)
     text = (ROOT / "docs" / "gallery.md").read_text()
-    assert _block(text) == got
+    assert doc_block(text, "answer") == got
     assert text.index("<!-- answer:begin") < text.index("## 1.")  # the answer comes first
 
 

@@ -3,36 +3,26 @@ summary of the full run (figures/data/train-dynamics/summary.json), character fo
 every number in them is recomputable, none hand-copied; and the summary's overall verdicts are
 the ones report.overall computes from its corpora again."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 from simlab.studies.train_dynamics import report
+
+from conftest import doc_block, experiment_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = ROOT / "figures" / "data" / "train-dynamics" / "summary.json"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "training_numbers", ROOT / "experiments" / "training_numbers.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _block(text: str, name: str) -> str:
-    begin, end = f"<!-- {name}:begin", f"<!-- {name}:end -->"
-    i = text.index(begin)
-    return text[text.index("\n", i) + 1 : text.index(end)]
+    return experiment_script("training_numbers")
 
 
 def test_training_doc_carries_the_scripts_tables():
     got = _script().main(SUMMARY)
     text = (ROOT / "docs" / "training.md").read_text()
     for name in ("losses", "layers"):
-        assert _block(text, name) == got[name], name
+        assert doc_block(text, name) == got[name], name
 
 
 def test_overall_verdict_recomputes_from_the_corpora():
