@@ -202,3 +202,49 @@ def test_refined_paper_map_against_the_dense_grid_at_tiny_sizes(tmp_path):
     assert len(pred) == 3 and pred[0] == 25
     full = r1.predicted_points(r1.paper_map(levels=2, quick=False))
     assert sum(full) <= 625  # experiments/paper_refined.toml: within experiment 1's budget
+
+
+def test_compile_profile_sums_every_process_by_file_and_function(tmp_path):
+    """benchmarks/compile_profile.py: the report sums the events of every worker's file, per
+    event, per test file and per compiled function (exact on made-up records)."""
+    from benchmarks import compile_profile as cp
+
+    compile_ev, trace_ev, _ = cp.EVENTS
+    (tmp_path / "gw0.json").write_text(
+        json.dumps(
+            {
+                "records": [
+                    ["tests/a.py", compile_ev, 2.0, "jit(f)"],
+                    ["tests/a.py", trace_ev, 0.5, "f"],
+                    ["tests/b.py", compile_ev, 1.0, "jit(g)"],
+                ],
+                "hits": {"tests/a.py": 1},
+            }
+        )
+    )
+    (tmp_path / "gw1.json").write_text(
+        json.dumps({"records": [["tests/b.py", compile_ev, 4.0, "jit(f)"]], "hits": {"x": 2}})
+    )
+    lines = cp.summary(tmp_path)
+    assert lines[1].split() == [
+        "backend",
+        "compile",
+        "7.0",
+        "s,",
+        "3",
+        "programs",
+        "(3",
+        "loaded",
+        "from",
+        "the",
+        "cache)",
+    ]
+    assert lines[2].split() == ["tracing", "0.5", "s"]
+    files = lines[lines.index("  backend compile by test file (top 10):") + 1 :][:2]
+    assert [ln.split() for ln in files] == [["5.0", "s", "tests/b.py"], ["2.0", "s", "tests/a.py"]]
+    funs = lines[-2:]
+    assert [ln.split() for ln in funs] == [
+        ["6.0", "s", "2", "x", "jit(f)"],
+        ["1.0", "s", "1", "x", "jit(g)"],
+    ]
+    assert cp.summary(tmp_path / "none") == ["compile profile: no jax events recorded"]
