@@ -7,7 +7,8 @@ prints, after the run, the seconds of backend compiling (XLA; a program loaded f
 persistent cache counts here too, with its load time), of tracing and of lowering, and the files
 and the functions that compile the most. Subprocesses that tests start are not counted. Each
 worker writes its events to $SIMLAB_COMPILE_PROFILE (default: a temporary directory, removed
-after the summary).
+after the summary; a directory you name is kept, so name an empty one: the summary reads every
+JSON in it).
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session):
     name = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    path = Path(os.environ[ENV]) / f"{name}.json"
-    path.write_text(json.dumps({"records": _records, "hits": dict(_hits)}))
+    directory = Path(os.environ[ENV])
+    directory.mkdir(parents=True, exist_ok=True)  # a directory the user named may not exist yet
+    (directory / f"{name}.json").write_text(json.dumps({"records": _records, "hits": dict(_hits)}))
 
 
 def summary(directory: str | Path, top: int = 10) -> list[str]:
