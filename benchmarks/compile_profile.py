@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 ENV = "SIMLAB_COMPILE_PROFILE"
+COMPILE = "/jax/core/compile/backend_compile_duration"
 EVENTS = {
-    "/jax/core/compile/backend_compile_duration": "backend compile",
+    COMPILE: "backend compile",
     "/jax/core/compile/jaxpr_trace_duration": "tracing",
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lowering",
 }
@@ -86,15 +87,14 @@ def summary(directory: str | Path, top: int = 10) -> list[str]:
     for file, event, s, fun in records:
         total[event] += s
         count[event] += 1
-        if event.endswith("backend_compile_duration"):
+        if event == COMPILE:
             by_file[file] += s
             by_fun[fun] += s
             fun_n[fun] += 1
-    compile_event = next(iter(EVENTS))
     lines = ["compile profile (jax.monitoring; subprocesses not counted):"]
     for event, label in EVENTS.items():
         extra = ""
-        if event == compile_event:
+        if event == COMPILE:
             extra = f", {count[event]} programs ({sum(hits.values())} loaded from the cache)"
         lines.append(f"  {label:16s} {total[event]:8.1f} s{extra}")
     lines.append(f"  backend compile by test file (top {top}):")
