@@ -152,9 +152,13 @@ def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
 
 
 def metric_cases(names: Sequence[str]) -> list[Case]:
-    """One case per block kind (inputs rotating over the input kinds), computing `names`."""
+    """One case per block kind that can compute `names` (inputs rotating over the input kinds):
+    a metric reading the MLP branch's output (`Metric.reads` "mlp") leaves out the kinds
+    without token_wise_mlp, which the Lab refuses for it (a plugin's kind may have none)."""
+    reads_mlp = any("mlp" in METRICS[n].reads for n in names)
+    kinds = [k for k, b in BLOCKS.items() if not (reads_mlp and b.token_wise_mlp is None)]
     inputs = itertools.cycle(INPUTS)
-    return [Case(small_block(kind), small_inputs(next(inputs)), tuple(names)) for kind in BLOCKS]
+    return [Case(small_block(kind), small_inputs(next(inputs)), tuple(names)) for kind in kinds]
 
 
 def _stacked(points: Sequence[Mapping[str, float]]) -> dict[str, jax.Array]:

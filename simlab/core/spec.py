@@ -9,47 +9,16 @@ from the registries (simlab.core.block.BLOCKS, simlab.core.inputs.INPUTS).
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from simlab.errors import ConfigError
+from simlab.validate import check_choice, check_fields, check_int, check_positive
 
 # MLP activations: GELU (tanh form, as BERT), ReLU, and the identity (an ablation: a linear MLP)
 ACTIVATIONS = ("gelu", "relu", "linear")
 # Attention weights: the block's softmax, or a clamp (simlab.core.block.pattern_weights)
 PATTERNS = ("softmax", "uniform", "shared", "token")
-
-
-def check_choice(where: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
-    return value
-
-
-def check_fields(where: str, table: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    """Refuse the first key of `table` not in `allowed`, naming it and listing `allowed`."""
-    allowed = tuple(allowed)
-    for k in table:
-        if k not in allowed:
-            raise ConfigError(f"{where}.{k}: unknown field; allowed: {', '.join(allowed)}")
-
-
-def check_int(where: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}: must be an integer, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ConfigError(f"{where}: {value} is outside the allowed range {rng}")
-    return value
-
-
-def check_positive(where: str, value: Any, lo: float = 0.0, strict: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
-    if (value <= lo) if strict else (value < lo):
-        raise ConfigError(f"{where}: {value!r} must be {'>' if strict else '>='} {lo:g}")
-    return float(value)
 
 
 @dataclasses.dataclass(frozen=True)

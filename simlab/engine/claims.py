@@ -11,7 +11,7 @@ writer's claims every HEARTBEAT_S seconds; a claim is stale (and removed) when i
 process is gone (same host) or it was not touched for STALE_S seconds (another host). So a
 worker that dies loses nothing but its unfinished chunk, and re-running it (or any plain run)
 takes over. Temporary files of dead writers (`.<name>.<host>.<pid>.<random>.tmp`, from
-simlab.engine.results.atomic_write_bytes) are removed by the next writer.
+simlab.engine.records.atomic_write_bytes) are removed by the next writer.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ warning, jax.experimental.compilation_cache).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 ENV = "SIMLAB_COMPILE_CACHE"
@@ -36,7 +37,7 @@ _SET_BY_US: list[str] = []  # the directory enable() configured jax with, if any
 
 def enable() -> str | None:
     """Switch the cache on (idempotent); returns the directory in use, or None if off."""
-    import jax
+    import jax  # deferred: jax is heavy; the CLI enables the cache before it needs jax
 
     current = jax.config.jax_compilation_cache_dir
     if current and current not in _SET_BY_US:
@@ -68,8 +69,6 @@ def _warn_once(path: Path, e: OSError) -> None:
     if str(path) in _WARNED:
         return
     _WARNED.add(str(path))
-    import sys
-
     print(
         f"simlab: warning: compilation cache {path} is unusable ({e.strerror or e}); compiling "
         f"without it (set {ENV}=DIR to another directory, or {ENV}=off)",
@@ -79,15 +78,15 @@ def _warn_once(path: Path, e: OSError) -> None:
 
 def disable() -> None:
     """Stop using a cache that enable() switched on (a directory the user set stays)."""
-    import jax
+    import jax  # deferred: jax is heavy; the CLI enables the cache before it needs jax
 
     if jax.config.jax_compilation_cache_dir in _SET_BY_US:
         _set(None)
 
 
 def _set(path: str | None) -> None:
-    import jax
-    from jax._src import compilation_cache
+    import jax  # deferred: jax is heavy; the CLI enables the cache before it needs jax
+    from jax._src import compilation_cache  # deferred: as jax
 
     jax.config.update("jax_compilation_cache_dir", path)
     compilation_cache.reset_cache()  # re-read the directory at the next compile

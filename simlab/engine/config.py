@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from simlab import plugins, validate
 from simlab.core import knobs as knob_registry
 from simlab.core import spec
 from simlab.engine.grid import (
@@ -68,28 +69,29 @@ MATMUL_PRECISIONS = ("highest", "high", "default")
 MAX_SEEDS = 1 << 20
 # Fields that change only memory or speed, never the numbers: left out of the fingerprint.
 NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
-# The knobs every result before the knob registry was opened records; any other knob (a later
-# built-in, a plugin's) is left out of the fingerprint while at its default, so that adding a
-# knob does not change the fingerprint of results that never set it.
-LEGACY_KNOBS = (
-    "q_scale",
-    "k_scale",
-    "q_shift",
-    "k_shift",
-    "temperature",
-    "drift_norm",
-    "input_corr",
-    "attn_residual",
-    "mlp_residual",
-    "qk_norm_gain",
-)
-# Fields added after results were committed: left out of the fingerprint while at this default,
-# so results computed before the field existed keep their fingerprint (and still reload).
-ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "block": {"mlp_center": False, "qk_weights": "random", "pattern": "softmax"},
-    "inputs": {"normalize": False},
-    "sweep": {"first_seed": 0, "dtype": "float32"},
-}
+# The fingerprint rule (`canonical`): a field (of [block], [inputs], [sweep]) or a knob whose
+# value equals its default is left out of the fingerprint, so that a field or knob a config does
+# not set never changes it; the fields and knobs below are the exception, hashed at their
+# default too (every stored fingerprint rests on them: tests/engine/test_records.py recomputes
+# each committed result's fingerprint and checks this rule for every field and knob).
+HASHED_AT_DEFAULT: dict[str, tuple[str, ...]] = {
+    "block": (
+        "kind", "d_model", "n_heads", "mlp", "mlp_ratio", "activation", "causal", "qk_norm",
+        "depth", "init", "init_sigma", "ln_eps",
+    ),
+    "inputs": (
+        "kind", "batch", "length", "vocab", "embed_std", "token_dist", "zipf_s", "sigma",
+        "alpha", "nu",
+    ),
+    "sweep": ("seeds", "base_seed", "micro_batch", "metrics", "matmul_precision"),
+    "knobs": (
+        "q_scale", "k_scale", "q_shift", "k_shift", "temperature", "drift_norm", "input_corr",
+        "attn_residual", "mlp_residual", "qk_norm_gain",
+    ),
+}  # fmt: skip
+# The default a fingerprint compares with, where it is not the field's own (None: resolved at
+# run time): a sweep computed in float32.
+FINGERPRINT_DEFAULTS: dict[str, dict[str, Any]] = {"sweep": {"dtype": "float32"}}
 DTYPES = ("float32", "float64")
 
 
@@ -162,21 +164,39 @@ class SweepConfig:
         return out
 
 
+def field_defaults() -> dict[str, dict[str, Any]]:
+    """table -> field -> the default `canonical` compares with: the spec dataclasses' defaults,
+    SWEEP_DEFAULTS (with FINGERPRINT_DEFAULTS), every registered knob's default."""
+
+    def of(cls):
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    out = {
+        "block": of(spec.BlockSpec),
+        "inputs": of(spec.InputSpec),
+        "sweep": dict(SWEEP_DEFAULTS),
+        "knobs": {k: knob_registry.KNOBS[k].default for k in knob_registry.KNOBS},
+    }
+    for table, d in FINGERPRINT_DEFAULTS.items():
+        out[table].update(d)
+    return json.loads(json.dumps(out))
+
+
 def canonical(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What the fingerprint hashes: the config as JSON without the memory-only fields, without
-    fields added later while at their defaults (ADDED_DEFAULTS), and without knobs outside
-    LEGACY_KNOBS while at their registered defaults."""
+    """What the fingerprint hashes: the config as JSON without the memory-only fields
+    (NOT_FINGERPRINTED) and without every field or knob at its default (None counts as the
+    default) except those of HASHED_AT_DEFAULT."""
     d = json.loads(json.dumps(config))
     for k in NOT_FINGERPRINTED:
         d.get("sweep", {}).pop(k, None)
-    for table, fields in ADDED_DEFAULTS.items():
-        for k, default in fields.items():
-            if k in d.get(table, {}) and d[table][k] in (default, None):
-                del d[table][k]
-    knobs = d.get("knobs", {})
-    for k in [k for k in knobs if k not in LEGACY_KNOBS and k in knob_registry.KNOBS]:
-        if knobs[k] == knob_registry.KNOBS[k].default:
-            del knobs[k]
+    for table, defaults in field_defaults().items():
+        t = d.get(table)
+        if not isinstance(t, dict):
+            continue
+        keep = HASHED_AT_DEFAULT.get(table, ())
+        for k in [k for k in t if k in defaults and k not in keep]:
+            if t[k] is None or t[k] == defaults[k]:
+                del t[k]
     return d
 
 
@@ -322,8 +342,6 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
 def load_plugins(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """Import the config's `plugins = ["module", ...]` and the installed plugins (entry points);
     the modules named, validated."""
-    from simlab import plugins
-
     plugins.load_entry_points()
     names = raw.get(PLUGINS_KEY, [])
     if isinstance(names, str) or not isinstance(names, (list, tuple)):
@@ -333,7 +351,7 @@ def load_plugins(raw: Mapping[str, Any]) -> tuple[str, ...]:
 
 def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
     """Validate the [sweep] table (missing fields take SWEEP_DEFAULTS)."""
-    spec.check_fields("sweep", d, SWEEP_DEFAULTS)
+    validate.check_fields("sweep", d, SWEEP_DEFAULTS)
     v = {**SWEEP_DEFAULTS, **{k: x for k, x in d.items() if x is not None}}
     metrics = v["metrics"]
     if metrics is not None:
@@ -350,21 +368,23 @@ def parse_sweep(d: Mapping[str, Any]) -> SweepSettings:
             raise ConfigError(f"sweep.metrics: repeated metric in {list(metrics)}")
         metrics = tuple(metrics)
     return SweepSettings(
-        seeds=spec.check_int("sweep.seeds", v["seeds"], 1, MAX_SEEDS),
-        first_seed=spec.check_int("sweep.first_seed", v["first_seed"], 0, 2**31 - 1),
-        base_seed=spec.check_int("sweep.base_seed", v["base_seed"], 0, 2**32 - 1),
+        seeds=validate.check_int("sweep.seeds", v["seeds"], 1, MAX_SEEDS),
+        first_seed=validate.check_int("sweep.first_seed", v["first_seed"], 0, 2**31 - 1),
+        base_seed=validate.check_int("sweep.base_seed", v["base_seed"], 0, 2**32 - 1),
         micro_batch=None
         if v["micro_batch"] is None
-        else spec.check_int("sweep.micro_batch", v["micro_batch"], 1, 1 << 16),
+        else validate.check_int("sweep.micro_batch", v["micro_batch"], 1, 1 << 16),
         chunk_size=None
         if v["chunk_size"] is None
-        else spec.check_int("sweep.chunk_size", v["chunk_size"], 1),
-        memory_budget_mb=spec.check_positive("sweep.memory_budget_mb", v["memory_budget_mb"]),
+        else validate.check_int("sweep.chunk_size", v["chunk_size"], 1),
+        memory_budget_mb=validate.check_positive("sweep.memory_budget_mb", v["memory_budget_mb"]),
         metrics=metrics,
-        matmul_precision=spec.check_choice(
+        matmul_precision=validate.check_choice(
             "sweep.matmul_precision", v["matmul_precision"], MATMUL_PRECISIONS
         ),
-        dtype=None if v["dtype"] is None else spec.check_choice("sweep.dtype", v["dtype"], DTYPES),
+        dtype=None
+        if v["dtype"] is None
+        else validate.check_choice("sweep.dtype", v["dtype"], DTYPES),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simlab.engine import results
+from simlab.engine import records, results
 from simlab.engine.store import check_writable
 from simlab.errors import ConfigError
 
@@ -29,5 +29,5 @@ def export(out_dir, path) -> Path:
         )
     ds = res.to_xarray()
     data = ds.to_netcdf(engine="scipy")  # bytes: then an atomic write
-    results.atomic_write_bytes(path, bytes(data))
+    records.atomic_write_bytes(path, bytes(data))
     return path

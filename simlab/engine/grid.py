@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from simlab import validate
 from simlab.core import knobs as knob_registry
-from simlab.core import spec
 from simlab.errors import ConfigError
 
 AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
@@ -149,7 +149,7 @@ def parse_axis(d: Any, where: str) -> Axis:
     """Validate one [[axes]] table; every knob value is checked against the knob's range."""
     if not isinstance(d, Mapping):
         raise ConfigError(f"{where}: must be a table, got {d!r}")
-    spec.check_fields(where, d, AXIS_FIELDS)
+    validate.check_fields(where, d, AXIS_FIELDS)
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name: must be a non-empty string, got {name!r}")
@@ -207,12 +207,12 @@ def parse_axis(d: Any, where: str) -> Axis:
             raise ConfigError(
                 f"{where}.space: {space!r} is not one of 'log', 'lin' (or give values = [...])"
             )
-        num = spec.check_int(f"{where}.num", num, 1, MAX_AXIS_POINTS)
+        num = validate.check_int(f"{where}.num", num, 1, MAX_AXIS_POINTS)
         for field, v in (("start", start), ("stop", stop)):
             if v is None:
                 raise ConfigError(f"{where}.{field}: required for space = {space!r}")
             if space == "log":
-                spec.check_positive(f"{where}.{field}", v)
+                validate.check_positive(f"{where}.{field}", v)
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ConfigError(f"{where}.{field}: must be a finite number, got {v!r}")
         start, stop = float(start), float(stop)
@@ -339,18 +339,18 @@ def parse_refine(d: Mapping[str, Any], axes: tuple[Axis, ...]) -> Refine:
     """Validate the [refine] table against the axes: the refined axes lin or log with at least
     two coordinates (their knobs given by the coordinate or a power law), every other axis a
     single value, and a finest lattice of at most MAX_LATTICE_POINTS points."""
-    spec.check_fields("refine", d, REFINE_FIELDS)
+    validate.check_fields("refine", d, REFINE_FIELDS)
     metric = d.get("metric")
     if not isinstance(metric, str) or not metric:
         raise ConfigError(f"refine.metric: must be a metric name, got {metric!r}")
     level = d.get("level")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not math.isfinite(level):
         raise ConfigError(f"refine.level: must be a finite number, got {level!r}")
-    levels = spec.check_int("refine.levels", d.get("levels"), 1, MAX_REFINE_LEVELS)
-    rule = spec.check_choice("refine.rule", d.get("rule", "mean"), REFINE_RULES)
+    levels = validate.check_int("refine.levels", d.get("levels"), 1, MAX_REFINE_LEVELS)
+    rule = validate.check_choice("refine.rule", d.get("rule", "mean"), REFINE_RULES)
     layer = d.get("layer")
     if layer is not None:
-        layer = spec.check_int("refine.layer", layer, -(1 << 16), 1 << 16)
+        layer = validate.check_int("refine.layer", layer, -(1 << 16), 1 << 16)
     names = [a.name for a in axes]
     default = [a.name for a in axes if len(a.values) > 1]
     chosen = d.get("axes", default)

@@ -38,6 +38,7 @@ its micro-batch or on a chunk's length once a chunk holds >= 2 micro-batches per
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
@@ -49,11 +50,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from simlab.engine import claims, refine, results
-from simlab.engine.compile import knob_dtype
+from simlab.engine import claims, records, refine, results
 from simlab.engine.config import SweepConfig, config_diff, load_config
 from simlab.engine.covariates import covariate_dims, seed_covariates
-from simlab.engine.parts import PARTS, Pool, seed_range, write_json
+from simlab.engine.parts import Pool, seed_range
+from simlab.engine.plain import Job, choose_layout
+from simlab.engine.records import PARTS
+from simlab.engine.schedule import wait_for_results
+from simlab.engine.store import check_out_dir
 from simlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -154,32 +158,29 @@ def _culprits(old: dict[str, np.ndarray], new: dict[str, np.ndarray], i: int) ->
 
 
 # ---------------------------------------------------------------------------- the directory
-def is_composite(cfg: SweepConfig, out_dir: Path | None, resolved: dict, fp: str) -> bool:
-    """Whether a run is one of parts: the config refines, or `out_dir` holds parts, or it holds
-    another sweep that this config grows (refused with a ConfigError when it holds another
-    sweep that this config does not grow). An ordinary sweep (or a new directory) is not."""
-    if cfg.refine is not None:
-        return True
-    if out_dir is None:
-        return False
-    sj = out_dir / "sweep.json"
-    if not sj.is_file():
-        return False
-    cur = results.read_json(sj, "sweep.json of a sweep directory")
-    if not isinstance(cur.get("fingerprint"), str) or not isinstance(cur.get("config"), dict):
-        return False  # not simlab's sweep.json: store.check_out_dir says so
-    if PARTS in cur:
-        return True
-    if cur.get("fingerprint") == fp:
-        return False
-    refusal = growth_refusal(out_dir, cur["config"], resolved, cfg)
-    if refusal is not None:
-        raise refusal
-    return True
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+def composite_state(job: Job) -> dict | None:
+    """None when the job is an ordinary sweep (or a new directory); else, for a run of parts
+    (the config refines, or `job.out` holds parts, or another sweep that this config grows),
+    the sweep.json it holds ({} when none). Refuses, before any lock or file is taken, a
+    directory holding other files or another sweep that this config does not grow."""
+    cfg, out = job.cfg, job.out
+    cur = None
+    if out is not None and (out / "sweep.json").is_file():
+        cur = records.read_sweep(out / "sweep.json")
+        if not records.is_sweep_record(cur):
+            check_out_dir(out, job.resolved, job.fp)  # refuses it, naming the file
+            return None if cfg.refine is None else {}
+    if cur is None or (PARTS not in cur and cur["fingerprint"] == job.fp):
+        if cfg.refine is None:
+            return None
+        if out is not None and cur is None:
+            check_out_dir(out, job.resolved, job.fp)  # refuses a directory of other files
+        return cur or {}
+    if cur["fingerprint"] != job.fp:
+        refusal = growth_refusal(out, cur["config"], job.resolved, cfg)
+        if refusal is not None:
+            raise refusal
+    return cur
 
 
 def _describe_target(cfg: SweepConfig) -> str:
@@ -188,9 +189,9 @@ def _describe_target(cfg: SweepConfig) -> str:
     return f"{what}, {cfg.sweep.seeds} seed{'s' * (cfg.sweep.seeds != 1)}"
 
 
-def _adopt(out: Path, cur: dict, coord) -> None:
-    """Make an ordinary sweep directory's files part 0 (OUT/parts/0/). Restartable: sweep.json
-    is copied first, then each file moved."""
+def _adopt(out: Path, cur: dict, coord) -> dict:
+    """Make an ordinary sweep directory's files part 0 (OUT/parts/0/); the history entry of the
+    sweep it held. Restartable: sweep.json is copied first, then each file moved."""
     if coord.held():
         raise ConfigError(
             f"{out}: other writers are computing the sweep it holds; grow it when they have "
@@ -199,143 +200,106 @@ def _adopt(out: Path, cur: dict, coord) -> None:
     p0 = out / PARTS / "0"
     p0.mkdir(parents=True, exist_ok=True)
     if not (p0 / "sweep.json").exists():
-        write_json(p0 / "sweep.json", cur)
+        records.write_json(p0 / "sweep.json", cur)
     for name in ("chunks", "rejected", "results.npz", "meta.json"):
         if (out / name).exists():
             os.replace(out / name, p0 / name)
-
-
-def _created_entry(out: Path, cur: dict) -> dict:
-    """The history entry of the sweep an ordinary directory held (part 0)."""
-    meta = out / PARTS / "0" / "meta.json"
-    when = (meta if meta.exists() else out / PARTS / "0" / "sweep.json").stat().st_mtime
+    meta = p0 / "meta.json"
+    when = (meta if meta.exists() else p0 / "sweep.json").stat().st_mtime
     cfg = load_config(cur["config"])
-    return {
-        "time": datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(timespec="seconds"),
-        "fingerprint": cur["fingerprint"],
-        "change": "created",
-        "target": _describe_target(cfg),
-        "parts": ["0"],
-        "pairs_computed": cfg.n_points * cfg.sweep.seeds,
-    }
+    return records.history_entry(
+        cur["fingerprint"],
+        "created",
+        _describe_target(cfg),
+        time=datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(timespec="seconds"),
+        parts=["0"],
+        pairs_computed=cfg.n_points * cfg.sweep.seeds,
+    )
 
 
-def open_directory(out: Path, cfg: SweepConfig, resolved: dict, fp: str) -> dict:
-    """Make `out` a composite directory whose target is this config (under its lock): create it,
-    adopt an ordinary sweep as part 0, or retarget a composite one (its assembled results
-    removed: they are the parts'). Returns sweep.json's content."""
-    from simlab.engine.store import check_out_dir
-
+def open_composite(job: Job, seen: dict) -> dict:
+    """Make `job.out` a composite directory whose target is this config (under its lock):
+    create it, adopt an ordinary sweep as part 0, or retarget a composite one (its assembled
+    results removed: they are the parts'). `seen`: the sweep.json `composite_state` judged; a
+    different one found under the lock (another writer changed it) is judged again. Returns
+    sweep.json's content."""
+    out, fp = job.out, job.fp
     coord = claims.Coordinator(out)
     with coord.lock():
         coord.clean()
         sj = out / "sweep.json"
-        cur = results.read_json(sj, "sweep.json of a sweep directory") if sj.exists() else None
-        if cur is None:
-            check_out_dir(out, resolved, fp)  # refuses a directory holding other files
-            history = []
-            parts: list[str] = []
-        elif cur.get("fingerprint") == fp and PARTS in cur:
+        cur = records.read_sweep(sj) if sj.exists() else None
+        if cur is not None and cur.get("fingerprint") == fp and PARTS in cur:
             return cur
+        if cur is None:
+            check_out_dir(out, job.resolved, fp)  # refuses a directory holding other files
+        elif cur.get("fingerprint") not in (fp, seen.get("fingerprint")):
+            refusal = growth_refusal(out, cur.get("config", {}), job.resolved, job.cfg)
+            if refusal is not None:
+                raise refusal
+        if cur is None:
+            parts, history = [], []
+        elif PARTS in cur:
+            parts, history = list(cur[PARTS]), list(cur.get("history", []))
+            for name in ("results.npz", "meta.json"):
+                (out / name).unlink(missing_ok=True)
         else:
-            if cur.get("fingerprint") != fp:
-                refusal = growth_refusal(out, cur.get("config", {}), resolved, cfg)
-                if refusal is not None:
-                    raise refusal
-            if PARTS in cur:
-                parts, history = list(cur[PARTS]), list(cur.get("history", []))
-                for name in ("results.npz", "meta.json"):
-                    (out / name).unlink(missing_ok=True)
-            else:
-                _adopt(out, cur, coord)
-                parts, history = ["0"], [_created_entry(out, cur)]
-        change = "created" if cur is None else config_diff(cur.get("config", {}), resolved)
-        history.append(
-            {
-                "time": _now(),
-                "fingerprint": fp,
-                "change": change,
-                "target": _describe_target(cfg),
-                "parts": [],
-                "pairs_computed": 0,
-            }
-        )
-        state = {"fingerprint": fp, "config": resolved, PARTS: parts, "history": history}
-        write_json(sj, state)
+            parts, history = ["0"], [_adopt(out, cur, coord)]
+        change = "created" if cur is None else config_diff(cur.get("config", {}), job.resolved)
+        history.append(records.history_entry(fp, change, _describe_target(job.cfg)))
+        state = records.sweep_record(fp, job.resolved, parts=parts, history=history)
+        records.write_json(sj, state)
         return state
 
 
 # ---------------------------------------------------------------------------- running
-def chunk_floor(cfg: SweepConfig, lab, names, n_devices: int) -> int:
+def chunk_floor(job: Job) -> int:
     """Micro-batches per device each part's chunks hold at least: the count the target's own
     layout has per device (a refinement's: the dense grid of its finest lattice's), up to 2
     (the module docstring)."""
-    from simlab.engine.sweep import choose_layout
-
+    cfg = job.cfg
     n = cfg.n_points if cfg.refine is None else int(np.prod(refine.Lattice.from_config(cfg).shape))
-    layout, _ = choose_layout(cfg, lab, names, n_devices, n_points=n)
-    return min(2, layout.chunk_mb // n_devices)
+    n_dev = len(job.devices)
+    layout, _ = choose_layout(cfg, job.lab, job.names, n_dev, n_points=n)
+    return min(2, layout.chunk_mb // n_dev)
 
 
-def run_composite(
-    cfg, lab, names, resolved, fp, out_dir, quiet, on_chunk, worker, devices, t0
-) -> results.Results | None:
+def run(job: Job, seen: dict) -> results.Results | None:
     """Run a grown or refined sweep (module docstring); the assembled Results (None for a
-    --worker, which leaves the merge to a plain run or `simlab merge`)."""
-    from simlab.engine.compile import local_devices
-    from simlab.engine.schedule import wait_for_results
-
-    n_dev = len(local_devices(devices))
-    if cfg.refine is not None and cfg.refine.metric not in names:
+    --worker, which leaves the merge to a plain run or `simlab merge`). seen: what
+    `composite_state` returned."""
+    cfg, out, quiet = job.cfg, job.out, job.quiet
+    if cfg.refine is not None and cfg.refine.metric not in job.names:
         raise ConfigError(
             f"refine.metric: {cfg.refine.metric!r} is not among the sweep's metrics; "
-            f"allowed: {', '.join(names)}"
+            f"allowed: {', '.join(job.names)}"
         )
     state = None
-    if out_dir is not None:
-        finished = _finished(out_dir, fp)
+    if out is not None:
+        finished = _finished(out, job.fp)
         if finished is not None:
             return finished
-        _precheck(out_dir, cfg, resolved, fp)
-        state = open_directory(out_dir, cfg, resolved, fp)
-    distributed = out_dir is not None and jax.process_count() > 1 and worker is None
+        state = open_composite(job, seen)
+    distributed = out is not None and jax.process_count() > 1 and job.worker is None
     if distributed:
         quiet = quiet or jax.process_index() != 0
-    pool = Pool(out_dir, lab, names, quiet, on_chunk, devices, chunk_floor(cfg, lab, names, n_dev))
+    pool = Pool(dataclasses.replace(job, quiet=quiet), chunk_floor(job))
     if state is not None:
-        pool._sync(state[PARTS])
+        pool.sync(state[PARTS])
     seeds = seed_range(cfg)
     if cfg.refine is None:
         values = cfg.point_values()
         parts = pool.plan(cfg, values, seeds)
-        if not pool.run(parts, worker, barrier=False):
+        if not pool.run(parts, job.worker, barrier=False):
             return None
         refined = None
     else:
-        values, refined = _refine(cfg, pool, seeds, worker)
+        values, refined = _refine(cfg, pool, seeds, job.worker)
         if refined is None:
             return None
     if distributed and jax.process_index() != 0:
-        return wait_for_results(out_dir)
-    return _assemble(cfg, pool, names, resolved, fp, out_dir, values, refined, t0, n_dev, lab)
-
-
-def _precheck(out: Path, cfg: SweepConfig, resolved: dict, fp: str) -> None:
-    """Refuse, before taking the directory's lock (which creates OUT/.lock), a directory holding
-    other files or a sweep this config does not grow (open_directory checks again, locked)."""
-    from simlab.engine.store import check_out_dir
-
-    sj = out / "sweep.json"
-    if not sj.is_file():
-        check_out_dir(out, resolved, fp)
-        return
-    cur = results.read_json(sj, "sweep.json of a sweep directory")
-    if not isinstance(cur.get("fingerprint"), str) or not isinstance(cur.get("config"), dict):
-        check_out_dir(out, resolved, fp)  # refuses it, naming the file
-    if cur.get("fingerprint") != fp:
-        refusal = growth_refusal(out, cur.get("config", {}), resolved, cfg)
-        if refusal is not None:
-            raise refusal
+        return wait_for_results(out)
+    return _assemble(job, pool, values, refined)
 
 
 def _finished(out: Path, fp: str) -> results.Results | None:
@@ -343,7 +307,7 @@ def _finished(out: Path, fp: str) -> results.Results | None:
     sj, done = out / "sweep.json", (out / "results.npz", out / "meta.json")
     if not sj.is_file() or not all(p.exists() for p in done):
         return None
-    if results.read_json(sj, "sweep.json of a sweep directory").get("fingerprint") != fp:
+    if records.read_sweep(sj).get("fingerprint") != fp:
         return None
     res = results.load(out)
     return res if res.meta.get("fingerprint") == fp else None
@@ -373,9 +337,10 @@ def _refine(cfg, pool: Pool, seeds: range, worker):
         log.info("refine: level %d adds %d points", st.level, st.added[-1])
 
 
-def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0, n_dev, lab):
+def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
     """Gather the target's pairs from the parts, record the history, add the seeds'
     covariates (simlab.engine.covariates), save (with a directory)."""
+    cfg, out_dir, fp, names = job.cfg, job.out, job.fp, job.names
     seeds = seed_range(cfg)
     flat = pool.gather(cfg.knobs, values, seeds, names)
     if refined is None:
@@ -403,14 +368,11 @@ def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0
         coord = claims.Coordinator(out_dir)
         with coord.lock():
             sj = out_dir / "sweep.json"
-            state = results.read_json(sj, "sweep.json of a sweep directory")
+            state = records.read_sweep(sj)
             current = state.get("fingerprint") == fp  # else another writer grew it meanwhile
             if current:
-                entry = state["history"][-1]
-                entry["points"] = n_points
-                entry["seeds"] = len(seeds)
-                entry["pairs_reused"] = max(0, n_points * len(seeds) - entry["pairs_computed"])
-                write_json(sj, state)
+                records.finish_history(state, n_points, len(seeds))
+                records.write_json(sj, state)
             history = state["history"]
     pieces = [
         {
@@ -422,37 +384,25 @@ def _assemble(cfg, pool: Pool, names, resolved, fp, out_dir, values, refined, t0
         }
         for p in pool.parts
     ]
-    dims = {k: list(axes) + ["seed"] + ["layer"] * (metrics[k].ndim - len(axes) - 1) for k in names}
-    meta = {
-        "config": resolved,
-        "fingerprint": fp,
-        "axes": described,
-        "metrics": list(names),
-        "dims": dims,
-        "versions": results.versions(),
-        "devices": [str(d) for d in jax.local_devices()[:n_dev]],
-        "n_devices": n_dev,
-        "n_processes": jax.process_count(),
-        "n_points": n_points,
-        "seeds": len(seeds),
-        "first_seed": seeds.start,
-        "parts": pieces,
-        "history": history,
-        "chunks_computed": pool.stats["chunks"][0],
-        "chunks_reused": pool.stats["chunks"][1],
-        "chunks_rejected": [],
-        "compile_time_s": pool.stats["compile_time_s"],
-        "matmul_precision": cfg.sweep.matmul_precision,
-        "dtype": str(knob_dtype()),
-        "compute_time_s": pool.stats["compute_time_s"],
-        "wall_time_s": time.perf_counter() - t0,
-    }
-    if refined is not None:
-        meta["refine"] = refined.describe(cfg.refine)
     st = cfg.sweep
-    cov = seed_covariates(lab, st.base_seed, len(seeds), st.matmul_precision, None, seeds.start)
-    if cov:
-        meta["covariates"] = covariate_dims(cov)
+    cov = seed_covariates(job.lab, st.base_seed, len(seeds), st.matmul_precision, None, seeds.start)
+    extra: dict = {"parts": pieces, "history": history}
+    if refined is not None:
+        extra["refine"] = refined.describe(cfg.refine)
+    meta = records.meta_record(
+        config=job.resolved,
+        fp=fp,
+        axes=described,
+        dims=records.metric_dims(axes, metrics),
+        devices=[str(d) for d in job.devices],
+        n_points=n_points,
+        seeds=seeds,
+        account=pool.account,
+        wall_time_s=time.perf_counter() - job.t0,
+        n_processes=jax.process_count(),
+        covariate_dims=covariate_dims(cov) if cov else None,
+        **extra,
+    )
     if out_dir is None or not current:
         return results.Results(axes, metrics, meta, covariates=cov)
     saved = results.save(out_dir, axes, metrics, meta, cov)

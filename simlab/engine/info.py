@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simlab.engine import results
+from simlab.engine import records, results
+from simlab.engine.config import to_toml
 from simlab.errors import ResultsError
 
 
@@ -125,13 +126,13 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
         lines += history_lines(m.get("history") or [])
         config = m.get("config")
     elif (out / "sweep.json").exists() and "parts" in (
-        sj := results.read_json(out / "sweep.json", "sweep.json of a sweep directory")
+        sj := records.read_sweep(out / "sweep.json")
     ):
         config = sj.get("config", {})
         lines = [f"unfinished grown or refined sweep ({out}), by part:"]
         for name in sj["parts"]:
             part = out / "parts" / name
-            psj = results.read_json(part / "sweep.json", "sweep.json of a part")
+            psj = records.read_sweep(part / "sweep.json")
             sw = psj.get("config", {}).get("sweep", {})
             first, n = int(sw.get("first_seed") or 0), int(sw.get("seeds") or 1)
             points = _points(psj.get("config", {}))
@@ -144,7 +145,7 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
         lines.append(f"  `simlab merge {out}` computes the rest")
         lines += history_lines(sj.get("history") or [])
     elif (out / "sweep.json").exists():
-        sj = results.read_json(out / "sweep.json", "sweep.json of a sweep directory")
+        sj = records.read_sweep(out / "sweep.json")
         config = sj.get("config", {})
         done, total = _units(out, config)
         lines = [
@@ -157,7 +158,5 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
             f"{out}: not a sweep directory (no results.npz, meta.json or sweep.json)"
         )
     if with_config and config is not None:
-        from simlab.engine.config import to_toml
-
         lines += ["", "# the resolved config (TOML: `simlab sweep` reads it back)", to_toml(config)]
     return "\n".join(lines)

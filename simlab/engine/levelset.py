@@ -159,7 +159,7 @@ def _boundary(lat, idx, leaves, vals_PZ, metric, level, confidence) -> Boundary:
     lo = hi = None
     z = v.shape[1]
     if z > 1:
-        from scipy.stats import t
+        from scipy.stats import t  # deferred: scipy.stats is heavy; only intervals need it
 
         half = t.ppf(0.5 + confidence / 2, z - 1) * v.std(axis=1, ddof=1) / np.sqrt(z)
         lo = level_set(lat, idx, leaves, mean - half, level)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simlab.engine import results
+from simlab.engine import records, results
 from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
 
@@ -17,7 +17,7 @@ def merge_directory(out: str | Path, quiet: bool = False) -> tuple[results.Resul
     out = Path(out)
     if not (out / "sweep.json").is_file():
         raise ConfigError(f"{out}: holds no sweep.json (not a sweep directory)")
-    config = results.read_json(out / "sweep.json", "sweep.json of a sweep directory")
+    config = records.read_sweep(out / "sweep.json")
     if not isinstance(config.get("config"), dict):
         raise ConfigError(f"{out / 'sweep.json'}: has no config table")
     lab = config["config"].get("lab")

@@ -10,20 +10,19 @@ pair's numbers depend on nothing else, so a pair computed once is reused whereve
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from simlab.engine import claims, results
+from simlab.engine import claims, plain, records, results
 from simlab.engine.compile import knob_dtype
 from simlab.engine.config import SweepConfig, fingerprint, load_config
 from simlab.engine.grid import Axis, Law
+from simlab.engine.records import PARTS
+from simlab.engine.store import claim_directory
 
 log = logging.getLogger(__name__)
-
-PARTS = "parts"
 
 
 def point_keys(values: dict[str, np.ndarray], fixed: dict[str, float], n: int) -> list[bytes]:
@@ -41,10 +40,6 @@ def point_keys(values: dict[str, np.ndarray], fixed: dict[str, float], n: int) -
 
 def seed_range(cfg: SweepConfig) -> range:
     return range(cfg.sweep.first_seed, cfg.sweep.first_seed + cfg.sweep.seeds)
-
-
-def write_json(path: Path, obj: dict) -> None:
-    results.atomic_write_bytes(path, json.dumps(obj, indent=2).encode())
 
 
 @dataclasses.dataclass
@@ -95,20 +90,19 @@ class Pool:
     """Every part of a directory (or, with out None, of this run in memory): plans the parts a
     set of (point, seed) pairs needs, runs them, and gathers their numbers."""
 
-    def __init__(self, out: Path | None, lab, names, quiet, on_chunk, devices, floor):
-        self.out, self.lab, self.names = out, lab, tuple(names)
-        self.quiet, self.on_chunk, self.devices, self.floor = quiet, on_chunk, devices, floor
+    def __init__(self, job: plain.Job, floor: int):
+        self.job, self.out, self.floor = job, job.out, floor
         self.parts: list[Part] = []
-        self.stats = {"compile_time_s": 0.0, "compute_time_s": 0.0, "chunks": [0, 0]}
+        self.account = records.Accounting()
 
-    def _sync(self, recorded: list[str]) -> None:
+    def sync(self, recorded: list[str]) -> None:
         """Add the parts that sweep.json names and this pool has not seen yet."""
         known = {p.name for p in self.parts}
         for name in recorded:
             if name in known:
                 continue
             path = self.out / PARTS / name
-            sj = results.read_json(path / "sweep.json", "sweep.json of a part")
+            sj = records.read_sweep(path / "sweep.json")
             self.parts.append(_part(name, load_config(sj["config"]), path))
 
     def plan(self, target: SweepConfig, values: dict[str, np.ndarray], seeds: range) -> list[Part]:
@@ -121,8 +115,8 @@ class Pool:
         coord = claims.Coordinator(self.out)
         with coord.lock():
             sj = self.out / "sweep.json"
-            state = results.read_json(sj, "sweep.json of a sweep directory")
-            self._sync(state[PARTS])
+            state = records.read_sweep(sj)
+            self.sync(state[PARTS])
             return self._plan(target, values, keys, seeds, (sj, state))
 
     def _plan(self, target, values, keys, seeds, record) -> list[Part]:
@@ -147,62 +141,45 @@ class Pool:
         return used
 
     def _new_part(self, cfg: SweepConfig, record) -> Part:
-        from simlab.engine.store import claim_directory
-        from simlab.engine.sweep import provenance
-
         name = str(len(self.parts)) if record is None else str(len(record[1][PARTS]))
         path = None
         if record is not None:
             sj, state = record
             path = self.out / PARTS / name
             path.mkdir(parents=True, exist_ok=True)
-            resolved = provenance(cfg, self.lab, self.names)
+            resolved = plain.provenance(cfg, self.job.lab, self.job.names)
             claim_directory(path, resolved, fingerprint(resolved))
-            state[PARTS].append(name)
-            entry = state["history"][-1]
-            entry["parts"].append(name)
-            entry["pairs_computed"] += cfg.n_points * cfg.sweep.seeds
-            write_json(sj, state)
+            records.add_part(state, name, cfg.n_points * cfg.sweep.seeds)
+            records.write_json(sj, state)
         part = _part(name, cfg, path)
         self.parts.append(part)
         log.info("part %s: %d points x %d seeds", name, cfg.n_points, cfg.sweep.seeds)
         return part
 
     def run(self, parts: list[Part], worker, barrier: bool) -> bool:
-        """Compute the parts (module docstring: workers and processes); True when all are
-        finished and loaded here."""
-        from simlab.engine.sweep import run_config
-
+        """Compute the parts, each a plain sweep (module docstring: workers and processes); True
+        when all are finished and loaded here."""
         for part in parts:
             if part.finished():
                 continue
-            kw = dict(
-                out=part.path,
-                quiet=self.quiet,
-                lab=self.lab,
-                on_chunk=self.on_chunk,
-                devices=self.devices,
-                floor=self.floor,
-            )
             res = None
             if worker is not None:
-                run_config(part.cfg, worker=worker, **kw)
+                plain.run(self._job(part, worker), self.floor)
                 if barrier:
-                    res = run_config(part.cfg, **kw)
+                    res = plain.run(self._job(part, None), self.floor)
             else:
-                res = run_config(part.cfg, **kw)
+                res = plain.run(self._job(part, None), self.floor)
             if res is not None:
-                self._account(part, res)
+                self.account.add(res.meta)
                 part.res = res
         return all(p.res is not None for p in parts)
 
-    def _account(self, part: Part, res: results.Results) -> None:
-        m = res.meta
-        if m.get("chunks_computed"):
-            self.stats["compile_time_s"] += m.get("compile_time_s") or 0.0
-            self.stats["compute_time_s"] += m.get("compute_time_s") or 0.0
-            self.stats["chunks"][0] += m.get("chunks_computed") or 0
-            self.stats["chunks"][1] += m.get("chunks_reused") or 0
+    def _job(self, part: Part, worker) -> plain.Job:
+        j = self.job
+        return plain.prepare(
+            part.cfg, out=part.path, quiet=j.quiet, lab=j.lab, on_chunk=j.on_chunk,
+            worker=worker, devices=len(j.devices),
+        )  # fmt: skip
 
     def gather(self, target_knobs, values, seeds: range, names) -> dict[str, np.ndarray]:
         """Metric -> (P, Z, ...) at the points `values` x `seeds`, each pair from the first part

@@ -1,12 +1,6 @@
-"""Sweep results on disk: `results.npz` + `meta.json`, and the in-memory `Results` view.
-
-Layout of an output directory:
-  results.npz   one array per metric, shape (*axes, seeds[, layer]), plus one coordinate array
-                per axis stored under the key "axis:<name>", and the per-seed covariates of
-                the lab (LabProtocol.covariates) under "cov:<name>", shape (seeds[, layer]).
-  meta.json     the full resolved config, versions, devices, wall time, points per second;
-                meta["axes"] is a list of {"name", "knobs", "space", "values"} in axis order;
-                meta["covariates"] the dimension names of each covariate.
+"""The `Results` view of a finished sweep: axes, metric arrays (*axes, seeds[, layer]), meta,
+per-seed covariates, seed statistics and intervals, xarray; `save` and `load` go through the
+files' one owner, simlab.engine.records (results.npz + meta.json).
 
 Confidence intervals (`Results.ci`, `seed_ci`): seeds are independent replicas (every random
 number of a seed comes from its own key; docs/design.md, "Random numbers: common random
@@ -20,10 +14,9 @@ interval is the interval of the per-seed differences (pass the array). docs/conf
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import os
-import tempfile
-import zipfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from simlab.errors import ResultsError, StorageError
+from simlab.engine import records
+from simlab.errors import ResultsError
 
-AXIS_PREFIX = "axis:"
-COV_PREFIX = "cov:"
 XARRAY_COV_PREFIX = "cov_"  # netCDF names allow no ':'; attrs["simlab_covariates"] lists them
 CI_METHODS = ("t", "bootstrap")
 BOOTSTRAP_RESAMPLES = 10_000
@@ -68,7 +60,7 @@ def seed_ci(
         nan = np.full(mean.shape, np.nan)
         return nan, nan.copy()
     if method == "t":
-        from scipy import stats
+        from scipy import stats  # deferred: scipy.stats is heavy; only intervals need it
 
         half = stats.t.ppf(0.5 + level / 2.0, n - 1) * np.std(x, axis=-1, ddof=1) / np.sqrt(n)
         return mean - half, mean + half
@@ -210,8 +202,6 @@ class Results:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        import html
-
         return f"<pre>{html.escape(self.summary())}</pre>"
 
     # ------------------------------------------------------------------ xarray
@@ -239,7 +229,7 @@ class Results:
             cov_vars[XARRAY_COV_PREFIX + k] = k
             data[XARRAY_COV_PREFIX + k] = (dims, np.asarray(x))
         attrs = {
-            "simlab_meta": json.dumps(self.meta, default=_json_default),
+            "simlab_meta": json.dumps(self.meta, default=records.json_default),
             "simlab_axes": json.dumps(list(self.axes)),
         }
         if cov_vars:
@@ -288,64 +278,6 @@ def point_coordinates(meta: dict[str, Any], axes) -> dict[str, tuple[str, np.nda
     return out
 
 
-def versions(*extra: str) -> dict[str, str]:
-    """Versions of simlab, jax, jaxlib, numpy and python, and of the `extra` distributions
-    (e.g. "flax", "optax", "torch"; absent ones are left out): what meta.json records."""
-    import importlib.metadata
-    import platform
-
-    out = {"python": platform.python_version()}
-    for name in ("simlab", "jax", "jaxlib", "numpy") + extra:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and os.replace (all or nothing); the file
-    gets the usual permissions (0666 less the umask), not mkstemp's 0600."""
-    from simlab.engine.claims import HOST
-
-    path = Path(path)
-    # host and pid in the name: the next writer removes a dead writer's leftovers
-    # (simlab.engine.claims.Coordinator.clean)
-    prefix = f".{path.name}.{HOST}.{os.getpid()}."
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    except OSError as e:
-        raise StorageError(
-            e.errno, f"{path}: cannot be written in {path.parent} ({e.strerror or e})"
-        ) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and not isinstance(e, StorageError):
-            raise StorageError(
-                e.errno,
-                f"{path}: cannot be written ({e.strerror or e}); nothing was written there",
-            ) from None
-        raise
-
-
-def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    import io
-
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    atomic_write_bytes(Path(path), buf.getvalue())
-
-
 def save(
     out_dir: str | os.PathLike,
     axes: OrderedDict[str, np.ndarray],
@@ -353,128 +285,20 @@ def save(
     meta: dict[str, Any],
     covariates: dict[str, np.ndarray] | None = None,
 ) -> Results:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    arrays = {AXIS_PREFIX + k: np.asarray(v) for k, v in axes.items()}
-    arrays.update({k: np.asarray(v) for k, v in metrics.items()})
-    arrays.update({COV_PREFIX + k: np.asarray(v) for k, v in (covariates or {}).items()})
-    atomic_save_npz(out / "results.npz", arrays)
-    atomic_write_bytes(
-        out / "meta.json", json.dumps(meta, indent=2, default=_json_default).encode()
-    )
-    return Results(OrderedDict(axes), dict(metrics), meta, out, dict(covariates or {}))
-
-
-def _json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
-
-
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object from `path`; ResultsError naming the file if it is unreadable or not one."""
-    try:
-        obj = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultsError(
-            f"{path}: cannot be read as the {what} ({type(e).__name__}: {e})"
-        ) from None
-    if not isinstance(obj, dict):
-        raise ResultsError(f"{path}: is not the {what} (a JSON object is expected)")
-    return obj
+    """Write a finished sweep (simlab.engine.records.write_results) and return its view."""
+    records.write_results(Path(out_dir), axes, metrics, meta, covariates)
+    return Results(OrderedDict(axes), dict(metrics), meta, Path(out_dir), dict(covariates or {}))
 
 
 def load(path: str | os.PathLike) -> Results:
     """Load a sweep written by `simlab sweep` / `simlab.run_sweep` (a directory or its npz)."""
-    p = Path(path)
-    d = p.parent if p.suffix == ".npz" else p
-    npz, mj = d / "results.npz", d / "meta.json"
-    if not npz.exists() or not mj.exists():
-        raise ResultsError(f"{d}: no finished sweep here (need results.npz and meta.json)")
-    meta = read_json(mj, "meta.json of a finished sweep")
-    if not isinstance(meta.get("axes", []), list):
-        raise ResultsError(f"{mj}: 'axes' is not a list; the file is not simlab's meta.json")
-    try:
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
-        raise ResultsError(
-            f"{npz}: cannot be read ({type(e).__name__}: {e}); rerun the sweep into a new "
-            "directory, or delete results.npz to rebuild it from chunks/"
-        ) from None
-    order = [a["name"] for a in meta.get("axes", [])]
-    found = [k[len(AXIS_PREFIX) :] for k in arrays if k.startswith(AXIS_PREFIX)]
-    order = [n for n in order if n in found] + [n for n in found if n not in order]
-    axes = OrderedDict((n, arrays.pop(AXIS_PREFIX + n)) for n in order)
-    covariates = {
-        k[len(COV_PREFIX) :]: arrays.pop(k) for k in list(arrays) if k.startswith(COV_PREFIX)
-    }
-    shape = tuple(len(v) for v in axes.values())
-    for k, v in arrays.items():  # (*axes, ...), an axis of size 1 broadcasting
-        if v.ndim < len(shape) or any(n not in (m, 1) for n, m in zip(v.shape, shape)):
-            raise ResultsError(
-                f"{npz}: metric {k!r} has shape {v.shape}, not (*axes {shape}, seeds, ...); "
-                "the file is not a simlab result"
-            )
-    if not arrays or not axes:
-        raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
-    check_written_by(d, meta)
-    return Results(axes, arrays, meta, d, covariates)
-
-
-def check_written_by(d: Path, meta: Mapping[str, Any]) -> None:
-    """Warn (once per directory) when a result was written by another simlab version, naming
-    both, and when its config has fields this version does not know (a newer simlab's)."""
-    import warnings
-
-    from simlab.cli import version
-
-    here = version()
-    there = (meta.get("versions") or {}).get("simlab")
-    unknown = unknown_fields(meta.get("config") or {})
-    key = (str(d), there, here, tuple(unknown))
-    if key in _WARNED:
-        return
-    _WARNED.add(key)
-    if unknown:
-        warnings.warn(
-            f"{d}: its config has fields this simlab ({here}) does not know: "
-            f"{', '.join(unknown)} (written by simlab {there or 'unknown'}); read as it is",
-            stacklevel=3,
-        )
-    elif there is not None and there != here:
-        warnings.warn(f"{d}: written by simlab {there}; this is simlab {here}", stacklevel=3)
-
-
-_WARNED: set = set()
-
-
-def unknown_fields(config: Mapping[str, Any]) -> list[str]:
-    """Dotted names of a stored config's fields that this version does not know."""
-    import dataclasses
-
-    from simlab.core.spec import BlockSpec, InputSpec
-    from simlab.engine import config as cfgmod
-
-    known = {
-        "block": {f.name for f in dataclasses.fields(BlockSpec)},
-        "inputs": {f.name for f in dataclasses.fields(InputSpec)},
-        "sweep": set(cfgmod.SWEEP_DEFAULTS),
-    }
-    tops = {*cfgmod.TABLES, cfgmod.PLUGINS_KEY, *cfgmod.DERIVED_KEYS}
-    out = [k for k in config if k not in tops]
-    for table, fields in known.items():
-        t = config.get(table)
-        if isinstance(t, Mapping):
-            out += [f"{table}.{k}" for k in t if k not in fields]
-    return out
+    d, axes, metrics, meta, covariates = records.read_results(path)
+    return Results(axes, metrics, meta, d, covariates)
 
 
 def _xarray():
     try:
-        import xarray
+        import xarray  # deferred: an optional dependency
     except ImportError:
         raise ImportError(
             "this needs xarray, an optional dependency: pip install 'simlab[xarray]'"

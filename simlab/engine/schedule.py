@@ -200,7 +200,7 @@ def release_host_memory() -> None:
 @functools.lru_cache(maxsize=1)
 def _malloc_trim():
     try:
-        import ctypes
+        import ctypes  # deferred: only where glibc is there to trim
 
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):

@@ -10,8 +10,6 @@ shape (*axes, seeds[, layer]). This module knows nothing about Transformers.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import re
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from simlab.engine import results
+from simlab.engine import records
 from simlab.engine.config import SweepConfig, config_diff
 from simlab.errors import ConfigError, ResultsError
 
@@ -111,7 +109,7 @@ class ChunkStore:
                 continue
             self._seen.add(p.name)
             key = tuple(map(int, m.groups()))
-            why = verify_chunk(p, key, self.fp, self.names, self.micro_batch)
+            why = records.verify_chunk(p, key, self.fp, self.names, self.micro_batch)
             if why is None:
                 added += self._add(key, p)
             else:
@@ -145,8 +143,7 @@ class ChunkStore:
         """Store (and, with a directory, write) a chunk; the units it newly covers."""
         if self.dir is not None:
             name = f"seed{seed}_mb{start}-{stop}.npz"
-            record = chunk_record(self.fp, (seed, start, stop), arrays)
-            results.atomic_save_npz(self.dir / name, {**arrays, RECORD: np.asarray(record)})
+            records.write_chunk(self.dir / name, self.fp, (seed, start, stop), arrays)
             self._seen.add(name)
         return self._add((seed, start, stop), arrays)
 
@@ -157,8 +154,7 @@ class ChunkStore:
             if s != seed:
                 continue
             if isinstance(v, Path):
-                with np.load(v, allow_pickle=False) as z:
-                    v = {k: z[k] for k in z.files if k != RECORD}
+                v = records.read_chunk(v)
             if buf is None:
                 buf = {
                     k: np.empty((layout.n_mb * mb,) + x.shape[1:], x.dtype) for k, x in v.items()
@@ -166,65 +162,6 @@ class ChunkStore:
             for k, x in v.items():
                 buf[k][a * mb : b * mb] = x
         return {k: x[: layout.n_points] for k, x in buf.items()}
-
-
-# The key of a chunk file's record (JSON): fingerprint, range, metric shapes, sha256.
-RECORD = "__chunk__"
-
-
-def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
-    """sha256 over every array's name, dtype, shape and bytes, in name order."""
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        x = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{x.dtype.str}|{x.shape}|".encode())
-        h.update(x.tobytes())
-    return h.hexdigest()
-
-
-def chunk_record(fp: str, key: tuple[int, int, int], arrays: dict[str, np.ndarray]) -> str:
-    return json.dumps(
-        {
-            "fingerprint": fp,
-            "seed": key[0],
-            "start": key[1],
-            "stop": key[2],
-            "metrics": sorted(arrays),
-            "sha256": arrays_sha256(arrays),
-        }
-    )
-
-
-def verify_chunk(
-    path: Path, key: tuple[int, int, int], fp: str, names: tuple[str, ...], micro_batch: int
-) -> str | None:
-    """None when the chunk file at `path` is this sweep's chunk `key`, complete and intact;
-    otherwise why not."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:  # truncated, empty, not a zip, bad member: all mean "unreadable"
-        return f"unreadable: {type(e).__name__}"
-    if RECORD not in arrays:
-        return "no chunk record (not written by this version of simlab)"
-    try:
-        rec = json.loads(str(arrays.pop(RECORD)))
-    except (ValueError, TypeError):
-        return "chunk record is not JSON"
-    if rec.get("fingerprint") != fp:
-        return "belongs to another sweep (fingerprint differs)"
-    if (rec.get("seed"), rec.get("start"), rec.get("stop")) != key:
-        return "its record names another range than its file name"
-    missing = [n for n in names if n not in arrays]
-    if missing:
-        return f"lacks metrics {missing}"
-    rows = (key[2] - key[1]) * micro_batch
-    bad = [k for k, x in arrays.items() if x.ndim < 1 or x.shape[0] != rows]
-    if bad:
-        return f"metrics {bad} do not have {rows} rows"
-    if rec.get("sha256") != arrays_sha256(arrays):
-        return "checksum mismatch (the arrays were altered)"
-    return None
 
 
 def merge(store: ChunkStore, cfg: SweepConfig, layout: Layout, names) -> dict[str, np.ndarray]:
@@ -310,36 +247,26 @@ def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
                 f"{out}: is not empty and holds no sweep.json; use a new or empty directory"
             )
         return False
-    old = results.read_json(sj, "sweep.json of a sweep directory")
+    old = records.read_sweep(sj)
     if not isinstance(old.get("fingerprint"), str):
         raise ResultsError(f"{sj}: has no fingerprint; the file is not simlab's sweep.json")
     if old.get("fingerprint") != fp:
-        diff = config_diff(old.get("config", {}), config)
-        raise ConfigError(
-            f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'}); "
-            "use another --out directory or delete it"
-        )
+        raise different_sweep(out, old, config)
     return (out / "results.npz").exists() and (out / "meta.json").exists()
 
 
+def different_sweep(out: Path, old: dict[str, Any], config: dict[str, Any]) -> ConfigError:
+    """The refusal of a directory holding the sweep `old` (its sweep.json) for `config`."""
+    diff = config_diff(old.get("config", {}), config)
+    return ConfigError(
+        f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'}); "
+        "use another --out directory or delete it"
+    )
+
+
 def claim_directory(out: Path, config: dict[str, Any], fp: str) -> None:
-    """Make `out` this sweep's directory: create sweep.json exclusively (os.link of a complete
-    temporary file: of two writers starting together exactly one creates it), or refuse when it
-    already names another sweep. Call under the directory lock (simlab.engine.claims)."""
-    sj = out / "sweep.json"
-    if not sj.exists():
-        tmp = out / f".sweep.json.{os.getpid()}.new"
-        tmp.write_text(json.dumps({"fingerprint": fp, "config": config}, indent=2))
-        try:
-            os.link(tmp, sj)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-    old = results.read_json(sj, "sweep.json of a sweep directory")
-    if old.get("fingerprint") != fp:
-        diff = config_diff(old.get("config", {}), config)
-        raise ConfigError(
-            f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'}); "
-            "use another --out directory or delete it"
-        )
+    """Make `out` this sweep's directory (simlab.engine.records.claim_sweep), or refuse it when
+    it already names another sweep. Call under the directory lock (simlab.engine.claims)."""
+    old = records.claim_sweep(out, config, fp)
+    if old is not None:
+        raise different_sweep(out, old, config)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from simlab.engine.results import atomic_write_bytes
+from simlab.engine.records import atomic_write_bytes
 from simlab.errors import ConfigError
 
 FIGSIZE = (6.4, 4.8)

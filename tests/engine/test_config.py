@@ -159,7 +159,7 @@ def test_toml_errors(tmp_path):
 
 def test_unknown_fields_are_named_in_table_order_with_the_allowed_list():
     """[sweep], [refine] and [[axes]] refuse the first unknown field in the table's order, with
-    the table's own list of fields (simlab.core.spec.check_fields)."""
+    the table's own list of fields (simlab.validate.check_fields)."""
     from simlab.engine.config import SWEEP_DEFAULTS
     from simlab.engine.grid import AXIS_FIELDS, REFINE_FIELDS
 

@@ -252,3 +252,22 @@ def test_default_lab_keeps_the_fingerprint_of_committed_results():
     assert fingerprint(stored["config"]) == stored["fingerprint"]
     res = simlab.load(paper)
     assert "lab" not in res.meta["config"] and "sources" not in res.meta["config"]
+
+
+def test_conformance_cases_leave_out_kinds_that_cannot_compute_the_metrics():
+    """With a plugin's block kind that has no token_wise_mlp registered (the example plugin's
+    sandwich has none), the metric conformance cases of metrics reading the MLP branch leave
+    it out (the Lab refuses it for them) and keep it for the others."""
+    from simlab import testing
+
+    kind = dataclasses.replace(BLOCKS["post_ln"], name="plug_no_mlp_output", token_wise_mlp=None)
+    BLOCKS.register(kind)
+    try:
+        kinds = {c.block.kind for c in testing.metric_cases(["mlp_cos", "out_cos"])}
+        assert "plug_no_mlp_output" not in kinds and "post_ln" in kinds
+        for case in testing.metric_cases(["mlp_cos"]):
+            case.lab()  # every case it keeps is one the Lab accepts
+        kinds = {c.block.kind for c in testing.metric_cases(["out_cos"])}
+        assert "plug_no_mlp_output" in kinds
+    finally:
+        BLOCKS.unregister("plug_no_mlp_output")

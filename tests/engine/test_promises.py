@@ -19,7 +19,7 @@ import pytest
 import simlab
 from simlab.cli import main
 from simlab.core.block import BLOCKS
-from simlab.engine import results
+from simlab.engine import records
 from simlab.errors import ConfigError, Interrupted, StorageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ def test_atomic_write_failure_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", no_space)
     with pytest.raises(StorageError, match=r"x.bin: cannot be written \(No space left"):
-        results.atomic_write_bytes(tmp_path / "x.bin", b"data")
+        records.atomic_write_bytes(tmp_path / "x.bin", b"data")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -23,8 +23,8 @@ import pytest
 import simlab
 from simlab.cli import main
 from simlab.engine.claims import HOST
+from simlab.engine.records import RECORD, chunk_record
 from simlab.engine.schedule import share_of
-from simlab.engine.store import RECORD, chunk_record
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = """

@@ -226,7 +226,7 @@ def machine_info() -> dict[str, Any]:
     """CPU model, cores, memory, OS, versions, device, load average."""
     import jax
 
-    from simlab.engine.results import versions
+    from simlab.engine.records import versions
 
     cpu = platform.processor() or platform.machine()
     try:

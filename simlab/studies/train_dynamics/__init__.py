@@ -51,7 +51,7 @@ import json
 import time
 from pathlib import Path
 
-from simlab.engine import results
+from simlab.engine import records, results
 from simlab.studies.train_dynamics import corpus
 from simlab.studies.train_dynamics.config import TrainConfig, load
 from simlab.studies.train_dynamics.figures import make_figures
@@ -128,7 +128,7 @@ def study(
         if plot_only and old.exists()
         else time.perf_counter() - t0
     )
-    results.atomic_write_bytes(old, json.dumps(summary, indent=2).encode())
+    records.atomic_write_bytes(old, json.dumps(summary, indent=2).encode())
     if figures is not None:
         for p in make_figures(runs, Path(figures)):
             log(f"figure: {p}")

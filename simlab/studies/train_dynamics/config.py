@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from simlab.core.spec import BlockSpec, check_fields, check_int, check_positive
+from simlab.core.spec import BlockSpec
+from simlab.engine import records
 from simlab.errors import ConfigError
 from simlab.studies.train_dynamics import corpus
+from simlab.validate import check_fields, check_int, check_positive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,3 +177,19 @@ def load(quick: bool = False, overrides: dict[str, Any] | None = None) -> TrainC
     except TypeError as e:
         raise ConfigError(f"{path}: {e}") from None
     return cfg.validate()
+
+
+def unknown_fields(config: dict[str, Any]) -> list[str]:
+    """Dotted names of a stored training run's config fields (meta["config"]) that TrainConfig
+    and its Criteria do not have."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    out = [k for k in config if k not in known]
+    crit = config.get("criteria")
+    if isinstance(crit, dict):
+        fields = {f.name for f in dataclasses.fields(Criteria)}
+        out += [f"criteria.{k}" for k in crit if k not in fields]
+    return out
+
+
+# a training run's meta.json has kind "train-dynamics": its config is judged by these fields
+records.register_config_kind("train-dynamics", unknown_fields)

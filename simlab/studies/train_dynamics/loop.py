@@ -20,7 +20,7 @@ import optax
 from simlab.core import block
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.spec import InputSpec
-from simlab.engine import results
+from simlab.engine import records, results
 from simlab.studies.train_dynamics import corpus
 from simlab.studies.train_dynamics.config import Criteria, TrainConfig
 from simlab.studies.train_dynamics.model import Decoder, next_token_loss, optimizer
@@ -306,7 +306,7 @@ def run(cfg: TrainConfig, out_dir=None, quiet: bool = False) -> results.Results:
         "loop_steps": steps[loop_indices(steps, cfg.loop_checkpoints)].tolist(),
         "train_loss": np.stack(train_losses).tolist(),
         "final_loss": final_losses,
-        "versions": results.versions("flax", "optax"),
+        "versions": records.versions("flax", "optax"),
         "train_time_s": t_train,
         "loop_time_s": t_loop,
         "wall_time_s": time.perf_counter() - t0,
@@ -315,5 +315,5 @@ def run(cfg: TrainConfig, out_dir=None, quiet: bool = False) -> results.Results:
         return results.Results(axes, tracked, meta)
     res = results.save(out_dir, axes, tracked, meta)
     for s, params in enumerate(finals):
-        results.atomic_save_npz(Path(out_dir) / f"params_seed{s}.npz", flat_params(params))
+        records.atomic_save_npz(Path(out_dir) / f"params_seed{s}.npz", flat_params(params))
     return res

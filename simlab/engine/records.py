@@ -1,0 +1,484 @@
+"""The on-disk schema of a sweep directory: every record simlab writes there is built by one
+function here and read back by one, and every file is written atomically (docs/design.md,
+"Flow of one sweep"; docs/config.md, "Output directory").
+
+  OUT/sweep.json       `sweep_record`: {"schema", "fingerprint", "config"}; a composite sweep
+                       (simlab.engine.grow) adds "parts" (names, in creation order) and
+                       "history" (`history_entry`, one per target); read by `read_sweep`
+  OUT/chunks/*.npz     a chunk's metric arrays plus RECORD (`chunk_record`: fingerprint,
+                       range, metric names, sha256), verified by `verify_chunk`
+  OUT/results.npz      one array per metric, one coordinate array per axis ("axis:<name>"),
+                       one per covariate ("cov:<name>"): `write_results` / `read_results`
+  OUT/meta.json        `meta_record`: the resolved config, fingerprint, axes, dims, versions,
+                       devices, layout, chunk and time accounting (the same keys for a plain
+                       and a composite sweep); read by `read_results`
+
+SCHEMA is the version of these records. A record without a "schema" key is version 1, which
+holds the same fields (a composite meta.json of version 1 lacks points_per_second and has an
+empty chunks_rejected): it is read as it is. A record of a newer version than SCHEMA is
+refused with a ResultsError naming the file. `check_written_by` warns when a result comes from
+another simlab version or its config has fields this version does not know; the config kinds
+it knows are CONFIG_KINDS ("sweep" here; a study registers its own, e.g. "train-dynamics").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import tempfile
+import warnings
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simlab.core.spec import BlockSpec, InputSpec
+from simlab.engine import config as cfgmod
+from simlab.engine.claims import HOST
+from simlab.errors import ResultsError, StorageError
+
+SCHEMA = 2
+AXIS_PREFIX = "axis:"
+COV_PREFIX = "cov:"
+# The key of a chunk file's record (JSON): fingerprint, range, metric names, sha256.
+RECORD = "__chunk__"
+PARTS = "parts"
+
+
+# ------------------------------------------------------------------------- writing atomically
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file and os.replace (all or nothing); the file
+    gets the usual permissions (0666 less the umask), not mkstemp's 0600."""
+    path = Path(path)
+    # host and pid in the name: the next writer removes a dead writer's leftovers
+    # (simlab.engine.claims.Coordinator.clean)
+    prefix = f".{path.name}.{HOST}.{os.getpid()}."
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
+    except OSError as e:
+        raise StorageError(
+            e.errno, f"{path}: cannot be written in {path.parent} ({e.strerror or e})"
+        ) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(
+                e.errno,
+                f"{path}: cannot be written ({e.strerror or e}); nothing was written there",
+            ) from None
+        raise
+
+
+def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    """`obj` as indented JSON (numpy scalars and arrays as plain values), atomically."""
+    atomic_write_bytes(Path(path), json.dumps(obj, indent=2, default=json_default).encode())
+
+
+def json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object from `path`; ResultsError naming the file if it is unreadable, not an
+    object, or of a newer schema than this simlab reads."""
+    try:
+        obj = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsError(
+            f"{path}: cannot be read as the {what} ({type(e).__name__}: {e})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ResultsError(f"{path}: is not the {what} (a JSON object is expected)")
+    schema = obj.get("schema", 1)
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema > SCHEMA:
+        raise ResultsError(
+            f"{path}: schema {schema!r} is newer than this simlab reads ({SCHEMA}); "
+            "upgrade simlab to read it"
+        )
+    return obj
+
+
+def versions(*extra: str) -> dict[str, str]:
+    """Versions of simlab, jax, jaxlib, numpy and python, and of the `extra` distributions
+    (e.g. "flax", "optax", "torch"; absent ones are left out): what meta.json records."""
+    out = {"python": platform.python_version()}
+    for name in ("simlab", "jax", "jaxlib", "numpy") + extra:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------- sweep.json
+def sweep_record(fp: str, config: Mapping[str, Any], **composite) -> dict[str, Any]:
+    """sweep.json's content: the fingerprint and resolved config, and for a composite sweep
+    `parts` (names) and `history` (entries of `history_entry`)."""
+    return {"schema": SCHEMA, "fingerprint": fp, "config": dict(config), **composite}
+
+
+def read_sweep(path: Path) -> dict[str, Any]:
+    """sweep.json of a sweep directory (or of a part); the schema checked."""
+    return read_json(path, "sweep.json of a sweep directory")
+
+
+def is_sweep_record(obj: Mapping[str, Any]) -> bool:
+    """Whether a JSON object is simlab's sweep.json (a fingerprint string and a config)."""
+    return isinstance(obj.get("fingerprint"), str) and isinstance(obj.get("config"), dict)
+
+
+def claim_sweep(out: Path, config: Mapping[str, Any], fp: str) -> dict[str, Any] | None:
+    """Create OUT/sweep.json exclusively for this sweep (os.link of a complete temporary file:
+    of two writers starting together exactly one creates it); the record found there (None
+    when it names this sweep). Call under the directory lock (simlab.engine.claims)."""
+    sj = out / "sweep.json"
+    if not sj.exists():
+        tmp = out / f".sweep.json.{os.getpid()}.new"
+        tmp.write_text(json.dumps(sweep_record(fp, config), indent=2))
+        try:
+            os.link(tmp, sj)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    old = read_sweep(sj)
+    return None if old.get("fingerprint") == fp else old
+
+
+def history_entry(
+    fp: str, change, target: str, *, time: str | None = None, parts=(), pairs_computed: int = 0
+) -> dict[str, Any]:
+    """One entry of a composite sweep.json's history: when, the target's fingerprint, what
+    changed ("created" or the differing fields), the target described, the parts it added and
+    the (point, seed) pairs they compute; `finish_history` adds points, seeds, pairs_reused."""
+    return {
+        "time": time or now(),
+        "fingerprint": fp,
+        "change": change,
+        "target": target,
+        "parts": list(parts),
+        "pairs_computed": pairs_computed,
+    }
+
+
+def add_part(state: dict[str, Any], name: str, pairs: int) -> None:
+    """Record a new part (and its pairs) in a composite sweep.json's state (in place)."""
+    state[PARTS].append(name)
+    entry = state["history"][-1]
+    entry["parts"].append(name)
+    entry["pairs_computed"] += pairs
+
+
+def finish_history(state: dict[str, Any], points: int, seeds: int) -> None:
+    """Complete the current target's history entry (in place): its points, seeds and the pairs
+    it reused from earlier parts."""
+    entry = state["history"][-1]
+    entry["points"] = points
+    entry["seeds"] = seeds
+    entry["pairs_reused"] = max(0, points * seeds - entry["pairs_computed"])
+
+
+# ------------------------------------------------------------------------- chunk files
+def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over every array's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        x = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{x.dtype.str}|{x.shape}|".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def chunk_record(fp: str, key: tuple[int, int, int], arrays: dict[str, np.ndarray]) -> str:
+    return json.dumps(
+        {
+            "fingerprint": fp,
+            "seed": key[0],
+            "start": key[1],
+            "stop": key[2],
+            "metrics": sorted(arrays),
+            "sha256": arrays_sha256(arrays),
+        }
+    )
+
+
+def write_chunk(path: Path, fp: str, key: tuple[int, int, int], arrays) -> None:
+    """A chunk file: its arrays and its record, atomically."""
+    atomic_save_npz(path, {**arrays, RECORD: np.asarray(chunk_record(fp, key, arrays))})
+
+
+def read_chunk(path: Path) -> dict[str, np.ndarray]:
+    """A verified chunk file's metric arrays (its record left out)."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files if k != RECORD}
+
+
+def verify_chunk(
+    path: Path, key: tuple[int, int, int], fp: str, names: tuple[str, ...], micro_batch: int
+) -> str | None:
+    """None when the chunk file at `path` is this sweep's chunk `key`, complete and intact;
+    otherwise why not."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # truncated, empty, not a zip, bad member: all mean "unreadable"
+        return f"unreadable: {type(e).__name__}"
+    if RECORD not in arrays:
+        return "no chunk record (not written by this version of simlab)"
+    try:
+        rec = json.loads(str(arrays.pop(RECORD)))
+    except (ValueError, TypeError):
+        return "chunk record is not JSON"
+    if rec.get("fingerprint") != fp:
+        return "belongs to another sweep (fingerprint differs)"
+    if (rec.get("seed"), rec.get("start"), rec.get("stop")) != key:
+        return "its record names another range than its file name"
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        return f"lacks metrics {missing}"
+    rows = (key[2] - key[1]) * micro_batch
+    bad = [k for k, x in arrays.items() if x.ndim < 1 or x.shape[0] != rows]
+    if bad:
+        return f"metrics {bad} do not have {rows} rows"
+    if rec.get("sha256") != arrays_sha256(arrays):
+        return "checksum mismatch (the arrays were altered)"
+    return None
+
+
+# ------------------------------------------------------------------------- meta.json
+@dataclasses.dataclass
+class Accounting:
+    """What a run computed and reused, and where its time went (meta.json's accounting)."""
+
+    chunks_computed: int = 0
+    chunks_reused: int = 0
+    chunks_rejected: list[str] = dataclasses.field(default_factory=list)
+    points_computed: int = 0
+    compile_time_s: float = 0.0
+    compute_time_s: float = 0.0
+
+    def add(self, meta: Mapping[str, Any]) -> None:
+        """Add a finished part's accounting (its meta.json) to this one's, when it computed."""
+        if not meta.get("chunks_computed"):
+            return
+        self.chunks_computed += meta.get("chunks_computed") or 0
+        self.chunks_reused += meta.get("chunks_reused") or 0
+        self.chunks_rejected += list(meta.get("chunks_rejected") or [])
+        self.points_computed += meta.get("points_computed") or 0
+        self.compile_time_s += meta.get("compile_time_s") or 0.0
+        self.compute_time_s += meta.get("compute_time_s") or 0.0
+
+
+def meta_record(
+    *,
+    config: Mapping[str, Any],
+    fp: str,
+    axes: list[dict[str, Any]],
+    dims: dict[str, list[str]],
+    devices: list[str],
+    n_points: int,
+    seeds: range,
+    account: Accounting,
+    wall_time_s: float,
+    n_processes: int = 1,
+    covariate_dims: dict[str, list[str]] | None = None,
+    **extra,
+) -> dict[str, Any]:
+    """meta.json of a finished sweep, plain or composite. config: the resolved config (its
+    sweep.dtype and matmul_precision are recorded from it); axes: each axis described; dims:
+    each metric's dimension names; n_processes: jax.process_count() of the run; extra: the
+    layout (plain), or the parts, history and refinement (composite), after the common keys."""
+    sweep = config["sweep"]
+    meta = {
+        "schema": SCHEMA,
+        "config": dict(config),
+        "fingerprint": fp,
+        "axes": axes,
+        "metrics": list(dims),
+        "dims": dims,
+        "versions": versions(),
+        "devices": list(devices),
+        "n_devices": len(devices),
+        "n_processes": n_processes,
+        "n_points": n_points,
+        "seeds": len(seeds),
+        "first_seed": seeds.start,
+        **extra,
+        "chunks_computed": account.chunks_computed,
+        "chunks_reused": account.chunks_reused,
+        "chunks_rejected": list(account.chunks_rejected),
+        "points_computed": account.points_computed,
+        "compile_time_s": account.compile_time_s,
+        "matmul_precision": sweep.get("matmul_precision"),
+        "dtype": sweep.get("dtype"),
+        "compute_time_s": account.compute_time_s,
+        "points_per_second": account.points_computed / account.compute_time_s
+        if account.points_computed and account.compute_time_s > 0
+        else None,
+        "wall_time_s": wall_time_s,
+    }
+    if covariate_dims:
+        meta["covariates"] = covariate_dims
+    return meta
+
+
+def metric_dims(axes, metrics: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
+    """Each metric's dimension names: the axes, "seed", then "layer" for any further dim."""
+    return {
+        k: list(axes) + ["seed"] + ["layer"] * (x.ndim - len(axes) - 1) for k, x in metrics.items()
+    }
+
+
+# ------------------------------------------------------------------------- results.npz
+def write_results(
+    out_dir: Path,
+    axes: Mapping[str, np.ndarray],
+    metrics: Mapping[str, np.ndarray],
+    meta: Mapping[str, Any],
+    covariates: Mapping[str, np.ndarray] | None = None,
+) -> None:
+    """results.npz then meta.json (the directory created): a finished sweep."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = {AXIS_PREFIX + k: np.asarray(v) for k, v in axes.items()}
+    arrays.update({k: np.asarray(v) for k, v in metrics.items()})
+    arrays.update({COV_PREFIX + k: np.asarray(v) for k, v in (covariates or {}).items()})
+    atomic_save_npz(out / "results.npz", arrays)
+    write_json(out / "meta.json", meta)
+
+
+def read_results(path: str | os.PathLike):
+    """(directory, axes, metrics, meta, covariates) of a finished sweep (a directory or its
+    results.npz); ResultsError naming the file when it is missing, unreadable or not simlab's."""
+    p = Path(path)
+    d = p.parent if p.suffix == ".npz" else p
+    npz, mj = d / "results.npz", d / "meta.json"
+    if not npz.exists() or not mj.exists():
+        raise ResultsError(f"{d}: no finished sweep here (need results.npz and meta.json)")
+    meta = read_json(mj, "meta.json of a finished sweep")
+    if not isinstance(meta.get("axes", []), list):
+        raise ResultsError(f"{mj}: 'axes' is not a list; the file is not simlab's meta.json")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise ResultsError(
+            f"{npz}: cannot be read ({type(e).__name__}: {e}); rerun the sweep into a new "
+            "directory, or delete results.npz to rebuild it from chunks/"
+        ) from None
+    order = [a["name"] for a in meta.get("axes", [])]
+    found = [k[len(AXIS_PREFIX) :] for k in arrays if k.startswith(AXIS_PREFIX)]
+    order = [n for n in order if n in found] + [n for n in found if n not in order]
+    axes = OrderedDict((n, arrays.pop(AXIS_PREFIX + n)) for n in order)
+    covariates = {
+        k[len(COV_PREFIX) :]: arrays.pop(k) for k in list(arrays) if k.startswith(COV_PREFIX)
+    }
+    shape = tuple(len(v) for v in axes.values())
+    for k, v in arrays.items():  # (*axes, ...), an axis of size 1 broadcasting
+        if v.ndim < len(shape) or any(n not in (m, 1) for n, m in zip(v.shape, shape)):
+            raise ResultsError(
+                f"{npz}: metric {k!r} has shape {v.shape}, not (*axes {shape}, seeds, ...); "
+                "the file is not a simlab result"
+            )
+    if not arrays or not axes:
+        raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
+    check_written_by(d, meta)
+    return d, axes, arrays, meta, covariates
+
+
+# ------------------------------------------------------------------------- versions, kinds
+def sweep_unknown_fields(config: Mapping[str, Any]) -> list[str]:
+    """Dotted names of a sweep config's fields that this version does not know."""
+    known = {
+        "block": {f.name for f in dataclasses.fields(BlockSpec)},
+        "inputs": {f.name for f in dataclasses.fields(InputSpec)},
+        "sweep": set(cfgmod.SWEEP_DEFAULTS),
+    }
+    tops = {*cfgmod.TABLES, cfgmod.PLUGINS_KEY, *cfgmod.DERIVED_KEYS}
+    out = [k for k in config if k not in tops]
+    for table, fields in known.items():
+        t = config.get(table)
+        if isinstance(t, Mapping):
+            out += [f"{table}.{k}" for k in t if k not in fields]
+    return out
+
+
+# meta["kind"] (absent: "sweep") -> the function naming a stored config's unknown fields. A
+# kind not registered here is not judged (its study registers it when imported).
+CONFIG_KINDS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {"sweep": sweep_unknown_fields}
+
+
+def register_config_kind(kind: str, unknown_fields: Callable[[Mapping[str, Any]], list[str]]):
+    """Let `check_written_by` judge the configs of results of `kind` (meta["kind"])."""
+    CONFIG_KINDS[kind] = unknown_fields
+
+
+def unknown_fields(meta: Mapping[str, Any]) -> list[str]:
+    """Dotted names of a stored result's config fields that this version does not know (none
+    for a kind it cannot judge)."""
+    judge = CONFIG_KINDS.get(meta.get("kind", "sweep"))
+    return [] if judge is None else judge(meta.get("config") or {})
+
+
+def simlab_version() -> str:
+    """The installed simlab version (pyproject's), or "unknown" outside an installation."""
+    try:
+        return importlib.metadata.version("simlab")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_WARNED: set = set()
+
+
+def check_written_by(d: Path, meta: Mapping[str, Any]) -> None:
+    """Warn (once per directory) when a result was written by another simlab version, naming
+    both, and when its config has fields this version does not know (a newer simlab's)."""
+    here = simlab_version()
+    there = (meta.get("versions") or {}).get("simlab")
+    unknown = unknown_fields(meta)
+    key = (str(d), there, here, tuple(unknown))
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    if unknown:
+        warnings.warn(
+            f"{d}: its config has fields this simlab ({here}) does not know: "
+            f"{', '.join(unknown)} (written by simlab {there or 'unknown'}); read as it is",
+            stacklevel=4,
+        )
+    elif there is not None and there != here:
+        warnings.warn(f"{d}: written by simlab {there}; this is simlab {here}", stacklevel=4)

@@ -1,0 +1,202 @@
+"""The on-disk records (simlab.engine.records): directories of the last released layout read,
+resumed and grown; one meta.json for plain and composite sweeps; a newer schema refused; the
+fingerprint rule checked for every field and knob and against every committed fingerprint; a
+training run's config recognised as one."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simlab.core.knobs import KNOBS
+from simlab.engine import config as cfgmod
+from simlab.engine import records, results
+from simlab.engine.sweep import run_sweep
+from simlab.errors import ResultsError
+
+REPO = Path(__file__).resolve().parents[2]
+LAYOUT_1 = REPO / "tests" / "fixtures" / "layout-1"
+
+
+def _layout_1():
+    spec = importlib.util.spec_from_file_location("layout_1_make", LAYOUT_1 / "make.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def layout_1(tmp_path):
+    """A writable copy of the layout-1 directories and the configs that wrote them."""
+    shutil.copytree(LAYOUT_1, tmp_path / "layout-1")
+    return tmp_path / "layout-1", _layout_1()
+
+
+def _no_warnings(fn, *a, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn(*a, **kw)
+
+
+def test_layout_1_is_version_1():
+    """The fixture is what it claims: records without a schema key."""
+    for p in LAYOUT_1.rglob("*.json"):
+        assert "schema" not in json.loads(p.read_text()), p
+
+
+def test_layout_1_plain_loads_and_is_not_recomputed(layout_1):
+    """A version-1 plain directory loads as it is, and running its config again finds it
+    finished (no chunk computed, the same numbers) instead of refusing or recomputing it."""
+    d, mk = layout_1
+    old = results.load(d / "plain")
+    assert old.meta["fingerprint"] == cfgmod.fingerprint(old.meta["config"])
+    chunks = []
+    again = run_sweep(**mk.PLAIN, out=d / "plain", quiet=True, on_chunk=chunks.append)
+    assert chunks == []
+    for k in old.metrics:
+        np.testing.assert_array_equal(again[k], old[k])
+
+
+def test_layout_1_grown_loads_and_grows_reusing_its_parts(layout_1):
+    """A version-1 composite directory loads; growing it once more computes only the new pairs
+    and gives, on the old pairs, the numbers the old parts hold."""
+    d, mk = layout_1
+    old = results.load(d / "grown")
+    assert old.meta["parts"] and "history" in old.meta
+    chunks = []
+    res = run_sweep(**mk.GROWN, out=d / "grown", quiet=True, on_chunk=chunks.append)
+    assert chunks == []  # finished: loaded
+    bigger = {**mk.GROWN, "axes": [{"name": "drift_norm", "values": [0.0, 0.25, 0.5, 1.0, 2.0]}]}
+    grown = run_sweep(**bigger, out=d / "grown", quiet=True, on_chunk=chunks.append)
+    assert sum(c.points for c in chunks) == 3  # one new point x 3 seeds
+    for k in res.metrics:
+        np.testing.assert_array_equal(grown[k][:4], res[k])
+    state = json.loads((d / "grown" / "sweep.json").read_text())
+    assert state["schema"] == records.SCHEMA
+    assert state["history"][-1]["pairs_computed"] == 3
+    assert state["history"][-1]["pairs_reused"] == 12
+
+
+def test_plain_and_composite_meta_share_one_record(tmp_path, layout_1):
+    """meta.json of a plain and of a grown sweep come from one function: the same keys but the
+    layout (plain) and the parts and history (composite), the same dtype source, points per
+    second and rejected chunks in both."""
+    d, mk = layout_1
+    plain = run_sweep(**mk.PLAIN, out=tmp_path / "p", quiet=True).meta
+    run_sweep(**mk.PLAIN, out=tmp_path / "g", quiet=True)
+    grown = run_sweep(**mk.GROWN, out=tmp_path / "g", quiet=True).meta
+    assert set(plain) - {"layout"} == set(grown) - {"parts", "history"}
+    for meta in (plain, grown):
+        assert meta["schema"] == records.SCHEMA
+        assert meta["dtype"] == meta["config"]["sweep"]["dtype"] == "float32"
+        assert meta["points_per_second"] > 0
+        assert meta["chunks_rejected"] == []
+    assert grown["points_computed"] == 4 * 3 - 3 * 2  # the pairs the first sweep did not hold
+
+
+def test_newer_schema_refused(tmp_path, layout_1):
+    """A record of a schema newer than this simlab reads is refused, naming the file."""
+    d, _ = layout_1
+    meta = json.loads((d / "plain" / "meta.json").read_text())
+    (d / "plain" / "meta.json").write_text(json.dumps({**meta, "schema": records.SCHEMA + 1}))
+    with pytest.raises(ResultsError, match=r"plain/meta.json: schema \d+ is newer"):
+        results.load(d / "plain")
+
+
+def test_every_committed_fingerprint_recomputes():
+    """Every committed result's and fixture's fingerprint is its config's under today's rule
+    (figures/data, tests/fixtures): the rule and HASHED_AT_DEFAULT keep them all."""
+    found = 0
+    for base in (REPO / "figures" / "data", REPO / "tests" / "fixtures"):
+        for p in sorted(base.rglob("*.json")):
+            rec = json.loads(p.read_text())
+            if isinstance(rec, dict) and isinstance(rec.get("fingerprint"), str):
+                found += 1
+                assert cfgmod.fingerprint(rec["config"]) == rec["fingerprint"], p
+    assert found >= 20
+
+
+def _base_config() -> dict:
+    mk = _layout_1()
+    cfg = cfgmod.load_config(mk.PLAIN)
+    d = cfg.to_dict()
+    d["sweep"].update(micro_batch=8, dtype="float32", first_seed=0)
+    return d
+
+
+def _other(value, default):
+    """A value other than `value` (and than the field's default) of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 3
+    if isinstance(value, float):
+        return value * 2.0 + 1.5
+    if isinstance(value, str):
+        return value + "_other"
+    if isinstance(value, list):
+        return value[:1]
+    return {"metrics": ["out_cos"], "micro_batch": 4, "dtype": "float64"}.get(default, 7)
+
+
+FIELDS = [
+    (table, name)
+    for table, defaults in cfgmod.field_defaults().items()
+    for name in defaults
+    if not (table == "sweep" and name in cfgmod.NOT_FINGERPRINTED)
+]
+
+
+@pytest.mark.parametrize(("table", "name"), FIELDS, ids=[f"{t}.{n}" for t, n in FIELDS])
+def test_fingerprint_rule_for_every_field(table, name):
+    """For every field and knob: at its default it is hashed exactly when HASHED_AT_DEFAULT
+    names it; away from its default it always changes the fingerprint."""
+    defaults = cfgmod.field_defaults()[table]
+    d = _base_config()
+    d[table][name] = defaults[name]
+    hashed = name in cfgmod.HASHED_AT_DEFAULT.get(table, ())
+    assert (name in cfgmod.canonical(d)[table]) == hashed
+    if not hashed:  # a config that never sets the field hashes the same
+        without = json.loads(json.dumps(d))
+        del without[table][name]
+        assert cfgmod.fingerprint(without) == cfgmod.fingerprint(d)
+    moved = json.loads(json.dumps(d))
+    moved[table][name] = _other(defaults[name], name)
+    assert cfgmod.fingerprint(moved) != cfgmod.fingerprint(d)
+
+
+def test_memory_only_fields_are_not_hashed():
+    d = _base_config()
+    for name in cfgmod.NOT_FINGERPRINTED:
+        moved = json.loads(json.dumps(d))
+        moved["sweep"][name] = 12345
+        assert cfgmod.fingerprint(moved) == cfgmod.fingerprint(d)
+
+
+def test_every_knob_is_a_field_of_the_rule():
+    assert set(cfgmod.field_defaults()["knobs"]) == set(KNOBS)
+
+
+def test_training_run_config_is_recognised(tmp_path):
+    """A training run's meta.json (kind "train-dynamics") reloads without a warning about its
+    own fields; a field TrainConfig lacks is named."""
+    from simlab.studies.train_dynamics import config as train_config
+
+    cfg = train_config.load(quick=True)
+    meta = {"kind": "train-dynamics", "config": dataclasses.asdict(cfg), "axes": []}
+    meta["versions"] = records.versions()
+    axes = OrderedDict(step=np.arange(2.0))
+    records.write_results(tmp_path / "run", axes, {"loss": np.zeros((2, 1))}, meta)
+    _no_warnings(results.load, tmp_path / "run")
+    meta["config"]["novel"] = 1
+    records.write_results(tmp_path / "run2", axes, {"loss": np.zeros((2, 1))}, meta)
+    with pytest.warns(UserWarning, match=r"does not know: novel"):
+        results.load(tmp_path / "run2")
