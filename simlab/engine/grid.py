@@ -25,6 +25,7 @@ import numpy as np
 
 from simlab import validate
 from simlab.core import knobs as knob_registry
+from simlab.engine.rules import RULES
 from simlab.errors import ConfigError
 
 AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
@@ -39,7 +40,6 @@ LAW_FIELDS = ("coef", "power")
 REFINE_FIELDS = ("metric", "level", "levels", "axes", "rule", "layer")
 # "mean": refine a cell whose corners straddle the level in the seed mean; "any": in the seed
 # mean or in any single seed (simlab.engine.refine).
-REFINE_RULES = ("mean", "any")
 MAX_REFINE_LEVELS = 16
 # Points of a refinement's finest lattice (its bookkeeping arrays are this long).
 MAX_LATTICE_POINTS = 1 << 26
@@ -347,7 +347,7 @@ def parse_refine(d: Mapping[str, Any], axes: tuple[Axis, ...]) -> Refine:
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not math.isfinite(level):
         raise ConfigError(f"refine.level: must be a finite number, got {level!r}")
     levels = validate.check_int("refine.levels", d.get("levels"), 1, MAX_REFINE_LEVELS)
-    rule = validate.check_choice("refine.rule", d.get("rule", "mean"), REFINE_RULES)
+    rule = validate.check_choice("refine.rule", d.get("rule", "mean"), tuple(RULES))
     layer = d.get("layer")
     if layer is not None:
         layer = validate.check_int("refine.layer", layer, -(1 << 16), 1 << 16)

@@ -1,6 +1,6 @@
 """The on-disk schema of a sweep directory: every record simlab writes there is built by one
 function here and read back by one, and every file is written atomically (docs/design.md,
-"Flow of one sweep"; docs/config.md, "Output directory").
+"Flow of one sweep"; docs/config.md, "Numerics and errors").
 
   OUT/sweep.json       `sweep_record`: {"schema", "fingerprint", "config"}; a composite sweep
                        (simlab.engine.grow) adds "parts" (names, in creation order) and

@@ -9,8 +9,9 @@ i_a in 2^L Z. A cell of level l has its lowest corner at an index c and size h =
 lattice units, its 2^d corners at c + {0, h}^d.
 
 Refinement. Level 0's cells are the coarse grid's cells. A cell straddles the level when its
-corners' values v (finite ones) satisfy min v < level <= max v: rule "mean" on the seed mean
-(float64) of each corner, rule "any" on the seed mean or on any single seed. Each straddling
+corners' values v (finite ones) satisfy min v < level <= max v, as the rule (simlab.engine.rules)
+reads them: "mean" on the seed mean (float64) of each corner, "any" on the seed mean or on any
+single seed. Each straddling
 cell of level l < L is split into its 2^d children of size h / 2, which adds the lattice points
 c + {0, h/2, h}^d not yet computed. After L levels the leaves are the cells never split: the
 split cells' children at level L (the finest cells, where the boundary lies) and the unsplit
@@ -31,6 +32,7 @@ import numpy as np
 
 from simlab.engine.config import SweepConfig
 from simlab.engine.grid import axis_coordinates
+from simlab.engine.rules import RULES
 from simlab.errors import ConfigError
 
 
@@ -181,11 +183,7 @@ class State:
             raise RuntimeError("refine: a cell corner was never computed")
         v = np.asarray(values_PZ, np.float64)
         v = v[:, None] if v.ndim == 1 else v
-        hit = _straddle(np.mean(v, axis=1)[pos], level)
-        if rule == "any":
-            for z in range(v.shape[1]):
-                hit |= _straddle(v[pos, z], level)
-        return hit
+        return np.asarray(RULES[rule].straddles(v[pos], level), bool)
 
     def advance(self, values_PZ: np.ndarray, level: float, rule: str) -> State:
         """The next level: split the straddling cells (values_PZ: the metric at self.points,
@@ -246,14 +244,6 @@ class State:
 
 def _with_size(cells: np.ndarray, h: int) -> np.ndarray:
     return np.concatenate([cells, np.full((len(cells), 1), h, np.int64)], axis=1)
-
-
-def _straddle(v_CK: np.ndarray, level: float) -> np.ndarray:
-    """Per row: some finite value >= level and some < level."""
-    finite = np.isfinite(v_CK)
-    above = np.any(finite & (v_CK >= level), axis=1)
-    below = np.any(finite & (v_CK < level), axis=1)
-    return above & below
 
 
 def simulate(

@@ -12,7 +12,7 @@ import pytest
 
 import simlab
 from simlab.cli import main
-from simlab.engine import levelset, refine
+from simlab.engine import levelset, refine, rules
 from simlab.engine.config import load_config
 from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
@@ -95,7 +95,7 @@ def test_refinement_invariants_on_a_known_field():
     vals = circle(lat)(st.points)
     corners = levelset.leaf_values(lat, st.points, st.leaves, vals.mean(1))
     assert np.all(np.isfinite(corners))
-    hit = refine._straddle(corners, 0.3)
+    hit = rules.straddle(corners, 0.3)
     assert np.all(st.leaves[hit, 2] == 1)  # straddling leaves are finest cells
     n = lat.shape
     idx = np.stack(np.unravel_index(np.arange(n[0] * n[1]), n), axis=1)
@@ -270,3 +270,19 @@ def test_refining_a_finished_grid_reuses_it(tmp_path):
     want = run_sweep(TOY, lab=LAB, quiet=True)
     for k in want.metrics:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_a_registered_rule_drives_the_refinement():
+    """A rule registered in simlab.engine.rules.RULES is accepted by [refine] and decides the
+    split: a rule that splits nothing leaves the coarse grid, "mean" splits what it straddles."""
+    rule = rules.Rule("plug_never", "never splits a cell", lambda v, level: np.zeros(len(v), bool))
+    rules.register_rule(rule)
+    try:
+        with pytest.raises(ConfigError, match="refine.rule: 'nope' is not one of.*'plug_never'"):
+            load_config({**TOY, "refine": {**TOY["refine"], "rule": "nope"}})
+        never = {**TOY, "refine": {**TOY["refine"], "rule": "plug_never"}}
+        coarse = run_sweep(never, lab=ToyLab(), quiet=True)
+        mean = run_sweep(TOY, lab=ToyLab(), quiet=True)
+        assert coarse.axes["point"].size == 5 * 5 < mean.axes["point"].size
+    finally:
+        rules.RULES.unregister("plug_never")
