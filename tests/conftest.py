@@ -136,6 +136,17 @@ def np_anisotropy(x_BTD):
     return np_pairwise_cos(x.reshape(b * t, d)), float(np.mean([np_pairwise_cos(s) for s in x]))
 
 
+def np_anisotropy_centred(x_BTD):
+    """(global, within) mean pairwise cosine of the mean-centred tokens in float64, from the
+    definition: x_i - xbar (xbar over all B*T tokens; per sequence for within), then every
+    pair's cosine (np_pairwise_cos)."""
+    x = np.asarray(x_BTD, np.float64)
+    b, t, d = x.shape
+    flat = x.reshape(b * t, d)
+    glob = np_pairwise_cos(flat - flat.mean(axis=0))
+    return glob, float(np.mean([np_pairwise_cos(s - s.mean(axis=0)) for s in x]))
+
+
 def np_attn_entropy(w_BHTS, causal: bool) -> float:
     w = np.asarray(w_BHTS, np.float64)
     b, h, t, s = w.shape

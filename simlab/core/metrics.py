@@ -4,15 +4,19 @@ Anisotropy (mean pairwise cosine over distinct pairs, Ethayarajh 2019; Godey et 
 is computed exactly in O(n d) from unit vectors u_i = x_i / |x_i|:
     cos = (|sum_i u_i|^2 - sum_i |u_i|^2) / (n (n - 1)).
 A zero vector has u_i = 0: its cosine with every other vector counts as 0, and it still
-counts in the n (n - 1) pairs (so n zero vectors give 0, not NaN).
+counts in the n (n - 1) pairs (so n zero vectors give 0, not NaN). The centred cosines apply
+the same formula to x_i - xbar, the mean of the set removed first (`centred`,
+`anisotropy_centred`): a vector common to every token, which moves the raw cosine toward 1,
+leaves them unchanged by construction.
 
 The metrics are one registry, METRICS: name -> Metric(function of the layer, the `Layer`
 fields it reads, its definition, its exact range, whether it is computed by default), read
 live. A metric reading "full" (the full attention weights) makes the Lab take the plain path;
 none does today; a metric reading "mlp" (the MLP branch's output) makes the Lab keep it.
-The decomposition metrics (within-sequence gain, the branches' own cosines) are registered
-with default=False: a sweep computes them where `sweep.metrics` names them, so the default
-metric set, and with it the fingerprints of earlier results, stays as it was. A new metric is
+The decomposition metrics (within-sequence gain, the branches' own cosines, the centred
+cosines) are registered with default=False: a sweep computes them where `sweep.metrics` names
+them, so the default metric set, and with it the fingerprints of earlier results, stays as it
+was. A new metric is
 one `register_metric` call, in simlab or in a plugin (docs/extending.md).
 """
 
@@ -64,6 +68,42 @@ def anisotropy(x_BTD):
     glob = (jnp.sum(s_D * s_D) - jnp.sum(q_B)) / (n * (n - 1.0))
     within = (jnp.sum(s_BD * s_BD, axis=-1) - q_B) / (float(t) * (t - 1.0))
     return glob, jnp.mean(within)
+
+
+def centred(x_ND):
+    """Rows of x (..., n, d) minus their mean over the n rows, c_i = x_i - xbar with
+    xbar = (1/n) sum_i x_i, computed so that a common vector much larger than the spread
+    cancels: x is divided by the power of two 2^e >= max|x| (exact: no rounding, no overflow
+    of the sums), then the corrected two-pass algorithm (Chan, Golub & LeVeque 1983,
+    "Algorithms for computing the sample variance"): c = x - mean(x), then c - mean(c). The
+    first mean is off by ~eps |xbar|; where x_i and the mean agree to a factor 2, x_i - mean is
+    exact (Sterbenz), so that error is the same vector in every row and the second pass removes
+    it. The centred rows are then accurate to a few float32 ulp of the spread itself, however
+    large the common vector (the float32 input holds the spread to eps |x_i|: a spread below
+    that is not in the input)."""
+    m = jnp.max(jnp.abs(x_ND), axis=(-2, -1), keepdims=True)
+    f, _ = jnp.frexp(m)
+    p = jnp.where(m > 0, m / jnp.where(m > 0, f, 1.0), 1.0)  # m = f 2^e, f in [1/2, 1): 2^e
+    x = x_ND / p
+    c = x - jnp.mean(x, axis=-2, keepdims=True)
+    return c - jnp.mean(c, axis=-2, keepdims=True)
+
+
+def anisotropy_centred(x_BTD):
+    """(global, within-sequence) mean pairwise cosine of the mean-centred tokens: global over
+    the n = B T vectors x_bt - xbar, xbar the mean over all B T tokens; within, per sequence
+    over the T vectors x_bt - xbar_b, xbar_b that sequence's mean, averaged over sequences.
+    Both exact in O(n d) (`centred`, then `mean_pairwise_cos`). Centring removes every vector
+    common to the set by construction: cos(x + v) = cos(x) for any v (for the within-sequence
+    one, any v_b per sequence). For n vectors of equal centred norm sum_i u_i = 0, so the value
+    is exactly -1/(n-1); it lies in [-1/(n-1), 1) in general (the zero-vector convention of
+    `mean_pairwise_cos`: a set of equal tokens gives 0). The mean removal is that of Mu &
+    Viswanath 2018 ("All-but-the-Top", ICLR); whether the anisotropy of Transformer states is
+    more than such a common vector: Machina & Mercer 2024 ("Anisotropy is Not Inherent to
+    Transformers", NAACL)."""
+    b, t, d = x_BTD.shape
+    glob = mean_pairwise_cos(centred(x_BTD.reshape(b * t, d)))
+    return glob, jnp.mean(mean_pairwise_cos(centred(x_BTD)))
 
 
 def _row_weights(t: int, s: int, causal: bool):
@@ -155,6 +195,13 @@ class Shared:
             self._cos[field] = anisotropy(getattr(self.layer, field))
         return self._cos[field]
 
+    def cos_centred(self, field: str):
+        """(global, within-sequence) mean pairwise cosine of the mean-centred layer.<field>."""
+        key = ("centred", field)
+        if key not in self._cos:
+            self._cos[key] = anisotropy_centred(getattr(self.layer, field))
+        return self._cos[key]
+
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
@@ -213,6 +260,27 @@ def _cos_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
     )
 
 
+def _centred_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
+    return (
+        Metric(
+            f"{tag}_cos_centred",
+            lambda c: c.cos_centred(field)[0],
+            (field,),
+            f"mean pairwise cosine of the B*T tokens of {what} minus their mean over all B*T",
+            (-1.0, 1.0),
+            default=False,
+        ),
+        Metric(
+            f"{tag}_cos_centred_within",
+            lambda c: c.cos_centred(field)[1],
+            (field,),
+            f"the same within each sequence, its own mean removed, averaged ({what})",
+            (-1.0, 1.0),
+            default=False,
+        ),
+    )
+
+
 def _qk(i: int):
     return lambda c: qk_mean_stats(c.layer.q_mean, c.layer.k_mean)[i]
 
@@ -249,6 +317,25 @@ for _metric in (
         lambda c: c.cos("y")[1] - c.cos("x")[1],
         ("y", "x"),
         "out_cos_within - input_cos_within: the within-sequence anisotropy the block adds",
+        (-2.0, 2.0),
+        default=False,
+    ),
+    *_centred_metrics("input", "x", "the layer input"),
+    *_centred_metrics("out", "y", "the block output"),
+    Metric(
+        "out_cos_centred_gain",
+        lambda c: c.cos_centred("y")[0] - c.cos_centred("x")[0],
+        ("y", "x"),
+        "out_cos_centred - input_cos_centred: the gain that no common vector can make",
+        (-2.0, 2.0),
+        default=False,
+    ),
+    Metric(
+        "out_cos_centred_within_gain",
+        lambda c: c.cos_centred("y")[1] - c.cos_centred("x")[1],
+        ("y", "x"),
+        "out_cos_centred_within - input_cos_centred_within: the within-sequence gain that no "
+        "vector common to a sequence can make",
         (-2.0, 2.0),
         default=False,
     ),

@@ -19,6 +19,7 @@ from simlab.core.attention import attention_weights
 
 from conftest import (
     np_anisotropy,
+    np_anisotropy_centred,
     np_attn_entropy,
     np_attn_max,
     np_pairwise_cos,
@@ -32,6 +33,7 @@ TOL = 1e-5
 
 # jitted once per shape: far cheaper on CPU than eager op-by-op dispatch
 anisotropy = jax.jit(metrics.anisotropy)
+anisotropy_centred = jax.jit(metrics.anisotropy_centred)
 mean_pairwise_cos = jax.jit(metrics.mean_pairwise_cos)
 attn_entropy = jax.jit(metrics.attn_entropy, static_argnums=1)
 attn_max = jax.jit(metrics.attn_max)
@@ -101,6 +103,124 @@ def test_mean_pairwise_cos_extreme_magnitudes(scale):
     mixed[::3] *= 1e30
     got = float(mean_pairwise_cos(jnp.asarray(mixed.astype(np.float32))))
     assert abs(got - np_pairwise_cos(mixed)) < TOL
+
+
+# ----------------------------------------------------------------------------- centred
+def _drifted(shape, drift, seed):
+    """Gaussian tokens with a per-sequence offset (so global and within centring differ) plus
+    a common vector of norm `drift`, as float32."""
+    r = rng(seed)
+    x = r.standard_normal(shape) + 0.5 * r.standard_normal((shape[0], 1, shape[2]))
+    v = r.standard_normal(shape[2])
+    return (x + drift * v / np.linalg.norm(v)).astype(np.float32)
+
+
+@pytest.mark.parametrize("drift", [0.0, 3.0, 1e4])
+@pytest.mark.parametrize("shape", [(3, 8, 16), (2, 16, 32)])
+def test_anisotropy_centred_vs_pairwise_oracle(shape, drift):
+    """Against the O(n^2) float64 definition on the same float32 sample: within float32
+    tolerance even at drift 1e4 (where a one-pass float32 mean loses the spread), and within
+    1e-12 when the same sample is computed in float64."""
+    x = _drifted(shape, drift, seed=13)
+    want = np_anisotropy_centred(x)
+    got = anisotropy_centred(jnp.asarray(x))
+    np.testing.assert_allclose([float(v) for v in got], want, atol=TOL, rtol=0)
+    with jax.enable_x64(True):
+        got64 = jax.jit(metrics.anisotropy_centred)(jnp.asarray(x, jnp.float64))
+        assert got64[0].dtype == jnp.float64
+        np.testing.assert_allclose([float(v) for v in got64], want, atol=1e-12, rtol=0)
+    # the centring matters: the raw cosine of a drifted set is far from the centred one
+    if drift >= 3.0:
+        assert float(anisotropy(jnp.asarray(x))[0]) - want[0] > 0.1
+
+
+def test_anisotropy_centred_huge_drift_keeps_float32_accuracy():
+    """A common vector of norm 1e6 over O(1) spread: the centred float32 rows are exact to a
+    few ulp of the spread (power-of-two scaling, corrected two-pass mean), so the cosine
+    matches the float64 definition of the same float32 sample within 1e-6; subtracting a
+    one-pass float32 mean instead is off by more than 1e-5 (the mean itself rounds by
+    ~eps 1e6)."""
+    x = _drifted((3, 16, 32), 1e6, seed=14)
+    want = np_anisotropy_centred(x)
+    got = [float(v) for v in anisotropy_centred(jnp.asarray(x))]
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    xj = jnp.asarray(x).reshape(-1, 32)
+    naive = float(mean_pairwise_cos(xj - jnp.mean(xj, axis=0)))
+    assert abs(naive - want[0]) > 1e-5
+
+
+@pytest.mark.parametrize("drift", [0.0, 1e4])
+def test_anisotropy_centred_equal_norms_is_minus_one_over_n_minus_one(drift):
+    """n centred vectors of equal norm sum to 0, so sum_i u_i = 0 and the mean pairwise cosine
+    is exactly -1/(n-1): the vertices of a regular simplex (e_i - 1/n, rotated into d
+    dimensions) plus a common vector; per sequence for the within-sequence cosine."""
+    r = rng(15)
+    b, t, d = 2, 12, 32
+
+    def simplex(n):
+        q, _ = np.linalg.qr(r.standard_normal((d, n)))  # d x n orthonormal columns
+        return 3.0 * (np.eye(n) - 1.0 / n) @ q.T  # (n, d): equal norms, zero sum
+
+    common = drift * r.standard_normal(d) / np.sqrt(d)
+    glob = (simplex(b * t) + common).reshape(b, t, d).astype(np.float32)
+    within = (np.stack([simplex(t) for _ in range(b)]) + common).astype(np.float32)
+    g = float(anisotropy_centred(jnp.asarray(glob))[0])
+    w = float(anisotropy_centred(jnp.asarray(within))[1])
+    assert abs(g + 1.0 / (b * t - 1)) < 1e-6 and abs(w + 1.0 / (t - 1)) < 1e-6
+    assert abs(g - np_anisotropy_centred(glob)[0]) < 1e-6
+    # in general it is not -1/(n-1): centred norms spread over a factor 30
+    scale = rng(16).uniform(0.1, 3.0, size=(b, t, 1))
+    x = (_drifted((b, t, d), 0.0, seed=16) * scale).astype(np.float32)
+    assert abs(np_anisotropy_centred(x)[0] + 1.0 / (b * t - 1)) > 1e-3
+
+
+def test_anisotropy_centred_ignores_common_vectors_and_equal_tokens():
+    """cos(x + v) = cos(x) for a vector v common to all B*T tokens (global) and for a vector
+    v_b common to each sequence (within), to float32 rounding; a set of equal tokens centres
+    to zero vectors: 0, not NaN."""
+    x = _drifted((3, 8, 16), 0.0, seed=17)
+    r = rng(18)
+    v_D, v_B1D = r.standard_normal(16) * 5.0, r.standard_normal((3, 1, 16)) * 5.0
+    g0, w0 = (float(v) for v in anisotropy_centred(jnp.asarray(x)))
+    g1, w1 = (float(v) for v in anisotropy_centred(jnp.asarray((x + v_D).astype(np.float32))))
+    _, w2 = (float(v) for v in anisotropy_centred(jnp.asarray((x + v_B1D).astype(np.float32))))
+    assert abs(g1 - g0) < 1e-6 and abs(w1 - w0) < 1e-6 and abs(w2 - w0) < 1e-6
+    # the raw cosines move by far more under the same vectors
+    assert (
+        abs(float(anisotropy(jnp.asarray(x + v_D))[0]) - float(anisotropy(jnp.asarray(x))[0])) > 0.1
+    )
+    same = np.broadcast_to(r.standard_normal(16) * 1e3, (2, 5, 16)).astype(np.float32)
+    assert [float(v) for v in anisotropy_centred(jnp.asarray(same))] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("pattern", ["uniform", "shared"])
+def test_centred_gain_of_a_common_shift_is_zero_through_run_sweep(pattern):
+    """An attention-only block without MLP whose weights are the same for every query
+    (the uniform or the shared clamp, not causal): y_bt = x_bt + c_b, one vector c_b per
+    sequence, so the within-sequence centred gain is 0 (the raw one is not). A drift N b adds
+    N (b + b W_V W_O) to every output token of every sequence (the weights are the clamp's),
+    so the global centred gain does not move with N (the raw one does); the raw cosines move by
+    more than 1e-2, the centred ones by float32 rounding (measured: at most 4e-9)."""
+    import simlab
+
+    names = ["out_cos_within_gain", "out_cos_gain", "out_cos_centred_within_gain"]
+    names += ["out_cos_centred_gain", "input_cos_centred", "out_cos_centred"]
+    cfg = dict(
+        block=dict(
+            kind="attention", d_model=32, n_heads=4, mlp=False, pattern=pattern, init="fan_in"
+        ),
+        inputs=dict(kind="gaussian", batch=2, length=16),
+        axes=[dict(name="drift_norm", values=[0.0, 1.0, 10.0])],
+        knobs=dict(pattern_beta=3.0) if pattern == "shared" else {},
+        sweep=dict(seeds=2, metrics=names),
+    )
+    res = simlab.run_sweep(cfg, quiet=True)
+    m = {n: np.asarray(res[n], np.float64) for n in names}  # (drift, seed)
+    assert np.max(np.abs(m["out_cos_centred_within_gain"])) < 1e-7
+    assert np.min(np.abs(m["out_cos_within_gain"])) > 1e-2
+    for n in ("out_cos_centred_gain", "input_cos_centred", "out_cos_centred"):
+        assert np.max(np.abs(m[n] - m[n][0])) < 1e-6, n
+    assert np.max(np.abs(m["out_cos_gain"] - m["out_cos_gain"][0])) > 1e-2
 
 
 # ----------------------------------------------------------------------------- attention
@@ -267,6 +387,13 @@ def test_layer_metrics_selects_and_matches_pieces():
     for m, want in zip(("mlp_cos", "mlp_cos_within"), np_anisotropy(f)):
         np.testing.assert_allclose(float(out[m]), want, atol=TOL)
     assert abs(float(out["attn_x_cos"])) > 0.1 and abs(float(out["mlp_x_cos"])) > 0.1
+    # the centred cosines and their gains
+    cx, cy = np_anisotropy_centred(x), np_anisotropy_centred(y)
+    for i, tail in enumerate(("", "_within")):
+        np.testing.assert_allclose(float(out[f"input_cos_centred{tail}"]), cx[i], atol=TOL)
+        np.testing.assert_allclose(float(out[f"out_cos_centred{tail}"]), cy[i], atol=TOL)
+        gain = float(out[f"out_cos_centred{tail}_gain"])
+        np.testing.assert_allclose(gain, cy[i] - cx[i], atol=TOL)
     sub = layer_metrics(("attn_max",), True, layer)
     assert tuple(sub) == ("attn_max",) and float(sub["attn_max"]) == float(out["attn_max"])
 
@@ -304,6 +431,7 @@ def test_decomposition_metrics_conform():
 
     names = [n for n, m in metrics.METRICS.items() if not m.default]
     assert {"out_cos_within_gain", "attn_x_cos", "mlp_x_cos", "mlp_cos"} <= set(names)
+    assert {"out_cos_centred", "out_cos_centred_gain", "input_cos_centred_within"} <= set(names)
     testing.check_cases(testing.metric_cases(names), identity=False)
 
 
