@@ -225,3 +225,50 @@ def test_fast_path_forms_no_query_key_array(pattern):
         shapes[pat] = _shapes(jaxpr.jaxpr, [])
     assert not [s for s in shapes[pattern] if s.count(t) >= 2], pattern
     assert [s for s in shapes["softmax"] if s.count(t) >= 2]
+
+
+# ------------------------------------------------------------------------------ the registry
+def test_every_clamp_conforms():
+    """simlab.testing's closed-form check (targets attended, full weights against numpy, the
+    closed-form entropy, maximum and A V in float64) for every registered clamp."""
+    clamps = [n for n, p in patterns.PATTERNS.items() if not p.reads_logits]
+    assert set(CLAMPED) <= set(clamps)
+    for name in clamps:
+        testing.assert_clamp_closed_forms(name)
+
+
+def test_a_registered_pattern_is_read_everywhere():
+    """A pattern registered after import (as a plugin would) validates in a BlockSpec, gets the
+    knob rules from its entry (pattern_beta acts, temperature is inert, the uniform clamp's
+    message names it), is never factored, and passes the closed-form check; malformed entries
+    are refused naming the field."""
+    from simlab.core.knobs import inert_knobs
+
+    def mirror(t, s, causal):  # t_i = S - 1 - i, or i itself under the causal mask
+        return np.arange(t) if causal else s - 1 - np.arange(t)
+
+    entry = patterns.Pattern("mirror", "p_i on key S - 1 - i", target=mirror, sharpens=True)
+    patterns.register_pattern(entry)
+    try:
+        i = InputSpec(kind="gaussian", batch=2, length=8)
+        spec = BlockSpec(d_model=16, n_heads=4, pattern="mirror").validate()
+        inert = inert_knobs(spec, i)
+        assert "pattern_beta" not in inert and "replaces the softmax" in inert["temperature"]
+        uniform = inert_knobs(BlockSpec(d_model=16, n_heads=4, pattern="uniform"), i)
+        assert (
+            "'shared', 'token'" in uniform["pattern_beta"] and "'mirror'" in uniform["pattern_beta"]
+        )
+        assert not Lab(spec, i).factor
+        testing.assert_clamp_closed_forms("mirror")
+    finally:
+        patterns.PATTERNS.unregister("mirror")
+    with pytest.raises(ConfigError, match="block.pattern: 'mirror' is not one of"):
+        BlockSpec(pattern="mirror").validate()
+    for bad, field in (
+        (patterns.Pattern("bad", "x", sharpens=True), "sharpens"),
+        (patterns.Pattern("bad", "x", reads_logits=True, target=mirror), "target"),
+        (patterns.Pattern("bad", ""), "formula"),
+    ):
+        with pytest.raises(ConfigError, match=f"attention pattern 'bad': {field}"):
+            patterns.register_pattern(bad)
+    assert "bad" not in patterns.PATTERNS
