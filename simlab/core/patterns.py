@@ -14,9 +14,13 @@ with beta = pattern_beta >= 0 (a traced knob) for a pattern that `sharpens`, and
 `Pattern.target` (t, s, causal) -> (t_i), attended under the causal mask (t_i <= i):
     "token":   t_i = i   (each query its own key: a token-specific pattern)
     "shared":  t_i = 0   (the first key of the sequence for every query: one shared pattern)
+    "other":   t_i = i - 1 for i >= 1, t_0 = S - 1   (the previous key, cyclically: like
+               "token" every key is the target of exactly one query, but never the query's
+               own; under the causal mask t_0 = 0, the only key row 0 attends)
     "uniform": no target, beta = 0  (p_i = o_i = 1 / n_i: 1/S per key, 1/(i+1) under the mask)
 The row entropy and maximum depend on beta and n_i only, never on the target: at equal beta
-every sharpening clamp (shared, token) has exactly the same rows; they differ only in sharing.
+every sharpening clamp (shared, token, other) has exactly the same rows; they differ only in
+which key each query copies.
 With r_i = (n_i - 1) e^-beta (computed so that nothing overflows for any finite beta):
 
     p_i = 1 / (1 + r_i),   o_i = e^-beta / (1 + r_i),
@@ -27,7 +31,8 @@ A V from the closed form, in O(T D) per sequence, never a (B, H, T, S) array: th
 same in every head, so with vo_j = sum_h v_jh W_O,h (D) and C_i = sum_{j attended} vo_j (a sum
 over the sequence, or a cumulative sum under the causal mask),
 
-    out_i = o_i C_i + (p_i - o_i) vo_{t_i}       (then + b_O; no second term without a target).
+    out_i = o_i C_i + (p_i - o_i) vo_{t_i}       (then + b_O; no second term without a target);
+for "other" vo_{t_i} is vo rolled by one key along the sequence.
 
 `weights` builds the full (B, H, T, S) weights explicitly: the plain path, the oracle.
 """
@@ -104,6 +109,13 @@ def _key0(t: int, s: int, causal: bool) -> np.ndarray:
     return np.zeros(t, int)
 
 
+def _previous_key(t: int, s: int, causal: bool) -> np.ndarray:
+    """t_i = i - 1; t_0 = S - 1 (a cyclic shift), or 0 under the causal mask."""
+    target = np.arange(t) - 1
+    target[0] = 0 if causal else s - 1
+    return target
+
+
 for _pattern in (
     Pattern("softmax", "w_ij = softmax_j(q'_i . k'_j / (sqrt(K) temperature))", reads_logits=True),
     Pattern("uniform", "w_ij = 1 / n_i on every attended key"),
@@ -117,6 +129,13 @@ for _pattern in (
         "token",
         "p_i on the query's own key j = i, o_i on each other key: a token-specific pattern",
         target=_own_key,
+        sharpens=True,
+    ),
+    Pattern(
+        "other",
+        "p_i on the previous key j = i - 1 (key S - 1 for i = 0; 0 under the causal mask), o_i "
+        "on each other key: a token-specific pattern that copies another token",
+        target=_previous_key,
         sharpens=True,
     ),
 ):

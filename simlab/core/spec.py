@@ -59,8 +59,8 @@ class BlockSpec:
     pattern: the attention weights, a key of simlab.core.patterns.PATTERNS (each entry states
     its formula): "softmax" (the block's own), or a clamp that replaces them and leaves
     everything else as it is: "uniform", "shared" (one distribution over the keys for every
-    query of a sequence) or "token" (each query its own), the last two with the sharpness of
-    the knob pattern_beta.
+    query of a sequence), "token" (each query its own, on its own key) or "other" (each query
+    its own, on the previous key), the last three with the sharpness of the knob pattern_beta.
     """
 
     kind: str = "post_ln"
