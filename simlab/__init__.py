@@ -4,9 +4,9 @@ Layers (docs/design.md): simlab.core (the physics: specs, knobs, init, inputs, a
 tiles, blocks, metrics, the Lab), simlab.engine (the sweep machinery: config, sweep, results,
 compilation cache), simlab.studies (reproduce, check_theory, train_dynamics, bench), and
 simlab.plot, simlab.theory, simlab.cli; simlab.registry and simlab.plugins (your own block kinds,
-input kinds, metrics, knobs and theory claims, docs/extending.md), simlab.testing (their
-conformance checks). `import simlab` stays light: the public names below are imported on first
-use.
+input kinds, metrics, knobs, attention patterns and theory claims, docs/extending.md),
+simlab.testing (their conformance checks). `import simlab` stays light: the public names below
+are imported on first use.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ _EXPORTS = {
     "register_inputs": "simlab.core.inputs",
     "Metric": "simlab.core.metrics",
     "register_metric": "simlab.core.metrics",
+    "Pattern": "simlab.core.patterns",
+    "register_pattern": "simlab.core.patterns",
     "Knob": "simlab.core.knobs",
     "register_knob": "simlab.core.knobs",
     "Claim": "simlab.studies.check_theory.claim",

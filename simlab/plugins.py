@@ -127,14 +127,21 @@ def _source_hash(module: str, entry: Any) -> str:
 
 def used(entries: Mapping[str, Iterable[str]]) -> list[dict[str, Any]]:
     """The plugins behind the entries a sweep uses: entries = registry name ("block", "inputs",
-    "metrics", "knobs") -> entry names. One record per entry that is not built in:
+    "metrics", "knobs", "pattern") -> entry names. One record per entry that is not built in:
     {"registry", "entry", "module", "version", "sha256"}, sorted; [] when all are built in."""
     from simlab.core.block import BLOCKS
     from simlab.core.inputs import INPUTS
     from simlab.core.knobs import KNOBS
     from simlab.core.metrics import METRICS
+    from simlab.core.patterns import PATTERNS
 
-    registries = {"block": BLOCKS, "inputs": INPUTS, "metrics": METRICS, "knobs": KNOBS}
+    registries = {
+        "block": BLOCKS,
+        "inputs": INPUTS,
+        "metrics": METRICS,
+        "knobs": KNOBS,
+        "pattern": PATTERNS,
+    }
     out = []
     for reg, names in entries.items():
         registry = registries[reg]

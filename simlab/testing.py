@@ -1,6 +1,6 @@
 """Conformance checks: what simlab's own tests run for every registry entry, one call per kind of
-entry, so that a new block kind, input kind or metric (built in or a plugin's) gets the
-project's guarantees with one test:
+entry, so that a new block kind, input kind, metric or attention pattern (built in or a
+plugin's) gets the project's guarantees with one test:
 
     from simlab import testing
     def test_my_block():
@@ -37,6 +37,7 @@ from simlab.core.inputs import INPUTS
 from simlab.core.knobs import KNOBS, inert_knobs
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.metrics import METRICS
+from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec
 
 PATH_TOL = 2e-5  # absolute and relative: ~20x the float32 reassociation measured on these sizes
@@ -151,6 +152,21 @@ def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
     return out
 
 
+def pattern_cases(names: Iterable[str] | None = None) -> list[Case]:
+    """Two cases per attention pattern: a post-LN block with gaussian inputs (hoisted layer 0)
+    and a causal pre-LN block with LayerNorm QK-norm and embedding inputs."""
+    out = []
+    for name in PATTERNS if names is None else names:
+        out.append(Case(small_block("post_ln", pattern=name), small_inputs("gaussian")))
+        out.append(
+            Case(
+                small_block("pre_ln", causal=True, qk_norm="layernorm", pattern=name),
+                small_inputs("embedding"),
+            )
+        )
+    return out
+
+
 def metric_cases(names: Sequence[str]) -> list[Case]:
     """One case per block kind that can compute `names` (inputs rotating over the input kinds):
     a metric reading the MLP branch's output (`Metric.reads` "mlp") leaves out the kinds
@@ -210,7 +226,9 @@ def assert_paths_agree(case: Case, out: Mapping[str, dict], tol: float = PATH_TO
             np.testing.assert_allclose(
                 arr, plain[m], rtol=tol, atol=tol, err_msg=f"{case.name}: {path} vs plain, {m}"
             )
-    if "attn_entropy" in plain:  # not vacuous: the knob points move the attention
+    pattern = PATTERNS[case.block.pattern]
+    if "attn_entropy" in plain and (pattern.reads_logits or pattern.sharpens):
+        # not vacuous: the knob points move the attention (a fixed clamp's rows never move)
         assert np.ptp(plain["attn_entropy"][:, 0]) > 1e-3, f"{case.name}: points do not differ"
 
 
@@ -338,6 +356,15 @@ def check_input_kind(kind: str, identity: bool = True) -> None:
     check_cases(input_cases([kind]), identity)
 
 
+def check_pattern(name: str, identity: bool = True) -> None:
+    """Every check for one attention pattern of simlab.core.patterns.PATTERNS (pattern_cases),
+    and for a clamp its targets, weights and closed forms (assert_clamp_closed_forms)."""
+    assert name in PATTERNS, f"{name!r} is not a registered attention pattern"
+    if not PATTERNS[name].reads_logits:
+        assert_clamp_closed_forms(name)
+    check_cases(pattern_cases([name]), identity)
+
+
 def check_metric(name: str, identity: bool = True) -> None:
     """Every check for one metric of simlab.core.metrics.METRICS, on every block kind."""
     assert name in METRICS, f"{name!r} is not a registered metric"
@@ -364,3 +391,47 @@ def assert_drift_is_common_shift(kind: str) -> None:
     diff = np.asarray(xn, np.float64) - np.asarray(x0, np.float64)
     scale = 1 + float(np.max(np.abs(np.asarray(x0))))
     np.testing.assert_allclose(diff, np.broadcast_to(n * u, diff.shape), atol=1e-5 * scale)
+
+
+def assert_clamp_closed_forms(name: str, t: int = 7) -> None:
+    """A clamp's targets and closed forms in float64, T = S = t, causal and not, beta in
+    {0, 0.7, 5, 1e8}: every target t_i is a key in [0, S), attended (t_i <= i) under the causal
+    mask; the full weights (simlab.core.patterns.weights) equal numpy's p_i at t_i and o_i at
+    the other attended keys (0 where masked), and each row sums to 1; the closed-form entropy
+    and maximum equal -sum_j w log w and max_j w of those weights; the O(T D) A V W_O
+    (simlab.core.patterns.attend) equals (w V) W_O."""
+    from simlab.core import patterns
+
+    entry = PATTERNS[name]
+    r = np.random.default_rng(SEED)
+    b, h, k, d = 2, 2, 3, 5
+    v = r.standard_normal((b, t, h, k))
+    wo = r.standard_normal((h, k, d))
+    with jax.enable_x64(True):
+        for causal in (False, True):
+            n = np.arange(1, t + 1) if causal else np.full(t, t)
+            if entry.target is not None:
+                tgt = np.asarray(entry.target(t, t, causal))
+                assert tgt.shape == (t,) and tgt.dtype.kind in "iu", (name, tgt)
+                assert np.all((tgt >= 0) & (tgt < n)), (name, causal, tgt)
+            for beta in (0.0, 0.7, 5.0, 1e8):
+                e = np.exp(-beta) if entry.sharpens else 1.0
+                o, p = e / (1.0 + (n - 1) * e), 1.0 / (1.0 + (n - 1) * e)
+                want = np.where(np.arange(t)[None, :] < n[:, None], o[:, None], 0.0)
+                if entry.target is not None:
+                    want[np.arange(t), tgt] = p
+                b64 = jnp.float64(beta)
+                w = np.asarray(patterns.weights(name, b64, 1, 1, t, t, causal, jnp.float64))[0, 0]
+                np.testing.assert_allclose(w, want, rtol=1e-13, atol=0, err_msg=f"{name} weights")
+                np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-13)
+                out, h_T, max_T = patterns.attend(name, b64, v, wo, causal)
+                ent = -(w * np.log(np.where(w > 0, w, 1.0))).sum(-1)
+                np.testing.assert_allclose(h_T, ent, rtol=1e-12, atol=1e-13, err_msg=name)
+                np.testing.assert_allclose(max_T, w.max(-1), rtol=1e-13, err_msg=name)
+                np.testing.assert_allclose(
+                    out,
+                    np.einsum("ts,bshk,hkd->btd", w, v, wo),
+                    rtol=1e-12,
+                    atol=1e-12,
+                    err_msg=f"{name}: closed-form A V",
+                )

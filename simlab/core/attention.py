@@ -52,12 +52,29 @@ def normalize_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], qk_norm: str):
     return knobs["qk_norm_gain"] * norm(q_BTHK), knobs["qk_norm_gain"] * norm(k_BSHK)
 
 
-def shape_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK, u_k_HK, qk_norm: str):
-    """QK-norm (times qk_norm_gain), then q_scale/k_scale and the common shifts."""
+def shape_q(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK, qk_norm: str):
+    """(q', k): QK-norm of both (times qk_norm_gain), then the shaped queries
+    q' = q_scale q + q_shift u_q, and the keys normalised only. Every attention path starts here;
+    k_scale and the key shift are the caller's: the plain path multiplies the keys, the tiled and
+    factored paths keep k_scale in the scalar factor of the logits (`scale_logits`), and the
+    shift's term q'_i . u_k is constant over j (softmax ignores it)."""
     q_BTHK, k_BSHK = normalize_qk(q_BTHK, k_BSHK, knobs, qk_norm)
-    q_BTHK = knobs["q_scale"] * q_BTHK + knobs["q_shift"] * u_q_HK
-    k_BSHK = knobs["k_scale"] * k_BSHK + knobs["k_shift"] * u_k_HK
-    return q_BTHK, k_BSHK
+    return knobs["q_scale"] * q_BTHK + knobs["q_shift"] * u_q_HK, k_BSHK
+
+
+def shape_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK, u_k_HK, qk_norm: str):
+    """(q', k'): `shape_q`, then k' = k_scale k + k_shift u_k."""
+    q_BTHK, k_BSHK = shape_q(q_BTHK, k_BSHK, knobs, u_q_HK, qk_norm)
+    return q_BTHK, knobs["k_scale"] * k_BSHK + knobs["k_shift"] * u_k_HK
+
+
+def scale_logits(x, d_head: int, temperature, dtype=None):
+    """x / (sqrt(d_head) temperature), sqrt(d_head) formed in `dtype` (None: x's, at least
+    float32): the logits l_ij from the scores q'_i . k'_j (the plain path), or the scalar factor
+    that the tiled and factored paths keep apart from their scores (k_scale, times the input
+    coefficient a_v when factored)."""
+    dtype = jnp.promote_types(jnp.result_type(x), jnp.float32) if dtype is None else dtype
+    return x / (jnp.sqrt(jnp.asarray(d_head, dtype)) * temperature)
 
 
 def causal_mask(t: int, s: int) -> jax.Array:
@@ -70,7 +87,7 @@ def attention_weights(q_BTHK, k_BSHK, temperature, causal: bool):
     d_head = q_BTHK.shape[-1]
     f32 = jnp.promote_types(q_BTHK.dtype, jnp.float32)
     logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK.astype(f32), k_BSHK.astype(f32))
-    logits_BHTS = logits_BHTS / (jnp.sqrt(jnp.asarray(d_head, f32)) * temperature)
+    logits_BHTS = scale_logits(logits_BHTS, d_head, temperature, f32)
     if causal:
         mask = causal_mask(q_BTHK.shape[1], k_BSHK.shape[1])
         logits_BHTS = jnp.where(mask, logits_BHTS, -jnp.inf)

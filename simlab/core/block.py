@@ -22,8 +22,11 @@ Two ways to compute the attention sub-layer, with one contract (`Layer`):
   tiled  (a simlab.core.tiled.Tiling): softmax statistics and A V W_O per tile, never the full
          weights; the terms of the logits constant over the keys (the key shift u_k) are
          dropped exactly; `Layer.full` is None.
-With a clamped pattern (`BlockSpec.pattern`, simlab.core.patterns) the weights are the clamp's:
-built in full on the plain path, A V from the closed form in O(T D) on the other.
+Every path starts from the same shaped queries and normalised keys (simlab.core.attention.shape_q)
+and scales its logits with the same function (simlab.core.attention.scale_logits). With a
+clamped pattern (`BlockSpec.pattern`, an entry of simlab.core.patterns.PATTERNS that does not
+read the logits) the weights are the clamp's: built in full on the plain path, A V from the
+closed form in O(T D) on the other.
 Every layer hands its `Layer` to an `observe` function (e.g. the metrics), so a stack never
 keeps all layers' intermediates in memory.
 """
@@ -114,10 +117,9 @@ def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
     logit term k_shift q'_i . u_k is constant over j, so softmax ignores it: it is left out of
     the logits (as on the tiled path), which makes k_shift exactly invisible to the weights
     instead of invisible up to the rounding of a huge constant. `Full.k` holds the shifted keys."""
-    q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
-    q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
+    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm)
     k = knobs["k_scale"] * k
-    if spec.pattern == "softmax":
+    if patterns.PATTERNS[spec.pattern].reads_logits:
         w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
     else:  # a clamp: its full weights, built explicitly (simlab.core.patterns)
         b, t, s = q.shape[0], q.shape[1], k.shape[1]
@@ -141,9 +143,8 @@ def tiled_attention(
 ) -> Attn:
     """Tiled: scores s_ij = q'_i . k_j of the normalised keys k (the j-constant k_shift u_k . q'_i
     dropped), scalar factor k_scale / (sqrt(K) temperature) kept apart (simlab.core.tiled)."""
-    q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
-    q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
-    factor = knobs["k_scale"] / (jnp.sqrt(jnp.asarray(spec.d_head, q.dtype)) * knobs["temperature"])
+    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm)
+    factor = attention.scale_logits(knobs["k_scale"], spec.d_head, knobs["temperature"], q.dtype)
     b, t = q.shape[:2]
     rs = tiled.attend(
         tiling,
@@ -163,8 +164,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
     """A clamped pattern (simlab.core.patterns) on the fast path: A V W_O, the row entropy and
     maximum from the closed form in O(T D), no (B, H, T, S) array; the shaped queries and keys
     give the same token means as on the softmax paths."""
-    q, k = attention.normalize_qk(q, k, knobs, spec.qk_norm)
-    q = knobs["q_scale"] * q + knobs["q_shift"] * u_q_HK
+    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm)
     beta = patterns.beta(spec.pattern, knobs).astype(jnp.promote_types(v.dtype, jnp.float32))
     out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
     shape = (q.shape[0], spec.n_heads, q.shape[1])
@@ -306,41 +306,41 @@ def register_block(kind: BlockKind) -> BlockKind:
 for _kind in (
     BlockKind(
         "attention",
-        identity,
-        _first(_attention_branches),
-        False,
-        False,
-        "h = a x + Attn(x); y = m h + MLP(h)",
+        attn_input=identity,
+        token_wise=_first(_attention_branches),
+        norm_before_projections=False,
+        norm_after_attention=False,
+        formula="h = a x + Attn(x); y = m h + MLP(h)",
         mlp_gain=True,
         token_wise_mlp=_attention_branches,
     ),
     BlockKind(
         "post_ln",
-        identity,
-        _first(_post_ln_branches),
-        False,
-        True,
-        "h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
+        attn_input=identity,
+        token_wise=_first(_post_ln_branches),
+        norm_before_projections=False,
+        norm_after_attention=True,
+        formula="h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
         mlp_gain=True,
         token_wise_mlp=_post_ln_branches,
     ),
     BlockKind(
         "pre_ln",
-        ln1,
-        _first(_pre_ln_branches),
-        True,
-        False,
-        "h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
+        attn_input=ln1,
+        token_wise=_first(_pre_ln_branches),
+        norm_before_projections=True,
+        norm_after_attention=False,
+        formula="h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
         mlp_gain=True,
         token_wise_mlp=_pre_ln_branches,
     ),
     BlockKind(
         "parallel",
-        ln1,
-        _first(_parallel_branches),
-        True,
-        False,
-        "y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
+        attn_input=ln1,
+        token_wise=_first(_parallel_branches),
+        norm_before_projections=True,
+        norm_after_attention=False,
+        formula="y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
         mlp_residual=False,
         mlp_gain=True,
         token_wise_mlp=_parallel_branches,
@@ -371,7 +371,7 @@ def layer_apply(
         q, k, v = qkv(p, attn_input(spec, p, x_BTD)) if qkv_pre is None else qkv_pre
         if tiling is None:
             at = plain_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK)
-        elif spec.pattern != "softmax":
+        elif not patterns.PATTERNS[spec.pattern].reads_logits:
             at = pattern_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK)
         else:
             at = tiled_attention(spec, p, q, k, v, knobs, u_q_HK, u_k_HK, tiling)
@@ -396,6 +396,7 @@ def stack_apply(
     knobs,
     u_q_LHK,
     u_k_LHK,
+    *,
     observe: Callable[[Layer], object] = lambda l: l,
     tiling=None,
     qkv0=None,
@@ -406,8 +407,8 @@ def stack_apply(
 
     Returns (y, observed) with observed = observe(layer) stacked over a leading layer axis.
     `qkv0` optionally gives layer 0's hoisted projections and `attention_fn0` its attention,
-    keep_mlp the MLP branch's output of every layer (see layer_apply). Layers 1.. run in a
-    lax.scan.
+    keep_mlp the MLP branch's output of every layer (see layer_apply); these and observe and
+    tiling are keyword-only. Layers 1.. run in a lax.scan.
     """
     first = jax.tree.map(lambda a: a[0], params)
     l0 = layer_apply(
@@ -417,10 +418,10 @@ def stack_apply(
         knobs,
         u_q_LHK[0],
         u_k_LHK[0],
-        tiling,
-        qkv0,
-        attention_fn0,
-        keep_mlp,
+        tiling=tiling,
+        qkv_pre=qkv0,
+        attention_fn=attention_fn0,
+        keep_mlp=keep_mlp,
     )
     obs0 = jax.tree.map(lambda a: a[None], observe(l0))
     if spec.depth == 1:
@@ -428,7 +429,7 @@ def stack_apply(
 
     def body(x, layer):
         p, uq, uk = layer
-        lo = layer_apply(spec, p, x, knobs, uq, uk, tiling, keep_mlp=keep_mlp)
+        lo = layer_apply(spec, p, x, knobs, uq, uk, tiling=tiling, keep_mlp=keep_mlp)
         return lo.y, observe(lo)
 
     rest = jax.tree.map(lambda a: a[1:], (params, u_q_LHK, u_k_LHK))

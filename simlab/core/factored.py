@@ -24,6 +24,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from simlab.core import tiled
+from simlab.core.attention import scale_logits
 from simlab.core.block import Attn
 
 
@@ -85,7 +86,7 @@ def attention(
         qs * (sum(coefs[c] * rows[c] for c in coefs if c != kv) + rows["_bias"])
         + knobs["q_shift"] * rows["_shift"]
     )  # (B, H, 1, S)
-    factor = ks * a_v / (jnp.sqrt(jnp.asarray(d_head, row.dtype)) * knobs["temperature"])
+    factor = scale_logits(ks * a_v, d_head, knobs["temperature"], row.dtype)
     qa = qs * a_v
     rs = tiled.attend(
         tiling,

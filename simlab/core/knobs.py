@@ -47,21 +47,32 @@ def _has_qk_norm(block, inputs) -> str | None:
     return None if block.qk_norm != "none" else "block.qk_norm is 'none'"
 
 
+def _pattern(block):
+    """The block's entry of simlab.core.patterns.PATTERNS (None for a name not registered: the
+    spec's validation reports it)."""
+    from simlab.core.patterns import PATTERNS
+
+    return PATTERNS.get(getattr(block, "pattern", "softmax"))
+
+
 def _reads_logits(block, inputs) -> str | None:
+    pattern = _pattern(block)
     return (
         None
-        if getattr(block, "pattern", "softmax") == "softmax"
+        if pattern is None or pattern.reads_logits
         else f"block.pattern {block.pattern!r} replaces the softmax of the logits"
     )
 
 
 def _sharpens_a_pattern(block, inputs) -> str | None:
-    pattern = getattr(block, "pattern", "softmax")
-    return (
-        None
-        if pattern in ("shared", "token")
-        else f"block.pattern is {pattern!r}; pattern_beta sets the 'shared' and 'token' clamps"
-    )
+    from simlab.core.patterns import PATTERNS
+
+    pattern = _pattern(block)
+    if pattern is None or pattern.sharpens:
+        return None
+    names = [repr(n) for n, p in PATTERNS.items() if p.sharpens]
+    clamps = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return f"block.pattern is {pattern.name!r}; pattern_beta sets the {clamps} clamps"
 
 
 def _has_mlp_gain(block, inputs) -> str | None:

@@ -35,6 +35,7 @@ from simlab.core import attention, block, factored, inputs
 from simlab.core.init import draws, init_params, param_shapes
 from simlab.core.knobs import KNOBS, inert_knobs, knob_defaults
 from simlab.core.metrics import METRICS, default_metrics, layer_metrics, needs_full_weights
+from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.core.tiled import Tiling, choose_tiling
 from simlab.errors import ConfigError
@@ -114,7 +115,7 @@ class Lab:
             and self.hoist
             and self.tiled
             and block.qk_norm == "none"
-            and block.pattern == "softmax"  # a clamp has no logits to factor
+            and PATTERNS[block.pattern].reads_logits  # a clamp has no logits to factor
         )
         # metrics reading the MLP branch's output (Layer.mlp) need a kind that exposes it
         mlp_readers = [n for n in names if "mlp" in METRICS[n].reads]
@@ -252,11 +253,11 @@ class Lab:
             knobs,
             state["u_q"],
             state["u_k"],
-            self._observe,
-            self.tiling,
-            qkv0,
-            attention_fn0,
-            self.keep_mlp,
+            observe=self._observe,
+            tiling=self.tiling,
+            qkv0=qkv0,
+            attention_fn0=attention_fn0,
+            keep_mlp=self.keep_mlp,
         )
         return obs if self.block.depth > 1 else jax.tree.map(lambda a: a[0], obs)
 

@@ -17,8 +17,6 @@ from simlab.validate import check_choice, check_fields, check_int, check_positiv
 
 # MLP activations: GELU (tanh form, as BERT), ReLU, and the identity (an ablation: a linear MLP)
 ACTIVATIONS = ("gelu", "relu", "linear")
-# Attention weights: the block's softmax, or a clamp (simlab.core.block.pattern_weights)
-PATTERNS = ("softmax", "uniform", "shared", "token")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,10 +25,11 @@ class BlockSpec:
 
     kind: a key of simlab.core.block.BLOCKS (the wiring; each entry states its formula).
     Set the knob attn_residual = 0 to study the bare attention sub-layer.
-    pattern: the attention weights, PATTERNS (simlab.core.block.pattern_weights): "softmax"
-    (the block's own), or a clamp that replaces them and leaves everything else as it is:
-    "uniform", "shared" (one distribution over the keys for every query of a sequence) or
-    "token" (each query its own), the last two with the sharpness of the knob pattern_beta.
+    pattern: the attention weights, a key of simlab.core.patterns.PATTERNS (each entry states
+    its formula): "softmax" (the block's own), or a clamp that replaces them and leaves
+    everything else as it is: "uniform", "shared" (one distribution over the keys for every
+    query of a sequence), "token" (each query its own, on its own key) or "other" (each query
+    its own, on the previous key), the last three with the sharpness of the knob pattern_beta.
     """
 
     kind: str = "post_ln"
@@ -47,7 +46,7 @@ class BlockSpec:
     qk_weights: str = "random"  # "random" | "tied" (W_K = W_Q) | "identity" (Q = K = V = O = I)
     init_sigma: float = 1.0  # for init = "fan_in": N(0, sigma^2 / fan_in)
     ln_eps: float = 1e-12  # BERT's LayerNorm epsilon
-    pattern: str = "softmax"  # "softmax" | "uniform" | "shared" | "token" (PATTERNS)
+    pattern: str = "softmax"  # a key of simlab.core.patterns.PATTERNS
 
     @property
     def d_head(self) -> int:
@@ -80,7 +79,9 @@ class BlockSpec:
             )
         check_positive(f"{where}.init_sigma", self.init_sigma)
         check_positive(f"{where}.ln_eps", self.ln_eps)
-        check_choice(f"{where}.pattern", self.pattern, PATTERNS)
+        from simlab.core.patterns import PATTERNS  # read live: a plugin's patterns too
+
+        check_choice(f"{where}.pattern", self.pattern, tuple(PATTERNS))
         return self
 
 

@@ -2,10 +2,14 @@
 float64 numpy weights built from the definition, the exact invariants (shared and token
 patterns share their row entropy at equal beta; beta = 0 is uniform), the fast path against the
 plain oracle Lab on every path, finite metrics at the extreme knobs, the knob rules, and that
-the fast path never forms a (B, H, T, S) array. The layer against the numpy block oracle with the
-same weights: tests/core/test_block.py, test_pattern_layer_vs_numpy."""
+the fast path never forms a (B, H, T, S) array; the "other" clamp (target the previous key)
+against its definition, the token clamp's rows, its fast and plain paths and a numpy block.
+The layer against the numpy block oracle with the same weights: tests/core/test_block.py,
+test_pattern_layer_vs_numpy."""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -13,13 +17,15 @@ import numpy as np
 import pytest
 
 from simlab import testing
-from simlab.core import patterns
+from simlab.core import block, patterns, tiled
+from simlab.core.init import init_params
+from simlab.core.knobs import knob_defaults
 from simlab.core.lab import Lab, knob_arrays
 from simlab.core.metrics import METRICS
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.errors import ConfigError
 
-from conftest import np_pattern_weights
+from conftest import np_gelu_tanh, np_layernorm, np_pattern_weights
 
 BETAS = (0.0, 0.3, 1.0, 4.0, 30.0, 1e8)
 CLAMPED = ("uniform", "shared", "token")
@@ -225,3 +231,179 @@ def test_fast_path_forms_no_query_key_array(pattern):
         shapes[pat] = _shapes(jaxpr.jaxpr, [])
     assert not [s for s in shapes[pattern] if s.count(t) >= 2], pattern
     assert [s for s in shapes["softmax"] if s.count(t) >= 2]
+
+
+# ------------------------------------------------------------------------------ the registry
+def test_every_clamp_conforms():
+    """simlab.testing's closed-form check (targets attended, full weights against numpy, the
+    closed-form entropy, maximum and A V in float64) for every registered clamp."""
+    clamps = [n for n, p in patterns.PATTERNS.items() if not p.reads_logits]
+    assert set(CLAMPED) <= set(clamps)
+    for name in clamps:
+        testing.assert_clamp_closed_forms(name)
+
+
+def test_a_registered_pattern_is_read_everywhere():
+    """A pattern registered after import (as a plugin would) validates in a BlockSpec, gets the
+    knob rules from its entry (pattern_beta acts, temperature is inert, the uniform clamp's
+    message names it), is never factored, and passes the closed-form check; malformed entries
+    are refused naming the field."""
+    from simlab.core.knobs import inert_knobs
+
+    def mirror(t, s, causal):  # t_i = S - 1 - i, or i itself under the causal mask
+        return np.arange(t) if causal else s - 1 - np.arange(t)
+
+    entry = patterns.Pattern("mirror", "p_i on key S - 1 - i", target=mirror, sharpens=True)
+    patterns.register_pattern(entry)
+    try:
+        i = InputSpec(kind="gaussian", batch=2, length=8)
+        spec = BlockSpec(d_model=16, n_heads=4, pattern="mirror").validate()
+        inert = inert_knobs(spec, i)
+        assert "pattern_beta" not in inert and "replaces the softmax" in inert["temperature"]
+        uniform = inert_knobs(BlockSpec(d_model=16, n_heads=4, pattern="uniform"), i)
+        assert (
+            "'shared', 'token'" in uniform["pattern_beta"] and "'mirror'" in uniform["pattern_beta"]
+        )
+        assert not Lab(spec, i).factor
+        testing.assert_clamp_closed_forms("mirror")
+    finally:
+        patterns.PATTERNS.unregister("mirror")
+    with pytest.raises(ConfigError, match="block.pattern: 'mirror' is not one of"):
+        BlockSpec(pattern="mirror").validate()
+    for bad, field in (
+        (patterns.Pattern("bad", "x", sharpens=True), "sharpens"),
+        (patterns.Pattern("bad", "x", reads_logits=True, target=mirror), "target"),
+        (patterns.Pattern("bad", ""), "formula"),
+    ):
+        with pytest.raises(ConfigError, match=f"attention pattern 'bad': {field}"):
+            patterns.register_pattern(bad)
+    assert "bad" not in patterns.PATTERNS
+
+
+# ------------------------------------------------------------------------------ "other"
+def test_other_targets_the_previous_key():
+    """Exact invariants of the "other" clamp (float64 weights, T = 9): row i puts p_i on key
+    i - 1 (row 0 on key S - 1, or on key 0, its only key, under the causal mask), and that is the
+    row's maximum; without the mask the targets are a permutation of the keys with no fixed
+    point (each key copied by exactly one query, never by itself); at equal beta every row holds
+    exactly the token clamp's weights (sorted), so the entropy and maximum are the token's."""
+    t = 9
+    rows = np.arange(t)
+    with jax.enable_x64(True):
+        for causal in (False, True):
+            target = np.r_[0 if causal else t - 1, rows[:-1]]
+            if not causal:
+                assert sorted(target) == list(rows) and np.all(target != rows)
+            n = patterns.n_keys(t, t, causal, jnp.float64)
+            for beta in (0.0, 0.7, 5.0, 40.0):
+                b = jnp.float64(beta)
+                w, tok = (
+                    np.asarray(patterns.weights(name, b, 1, 1, t, t, causal, jnp.float64))[0, 0]
+                    for name in ("other", "token")
+                )
+                p = np.asarray(patterns.row_stats(b, n)[0])
+                np.testing.assert_array_equal(w[rows, target], p)
+                np.testing.assert_array_equal(w.max(-1), p)
+                np.testing.assert_array_equal(np.sort(w, -1), np.sort(tok, -1))
+                np.testing.assert_allclose(np_entropy(w), np_entropy(tok), rtol=1e-14, atol=0)
+                np.testing.assert_allclose(
+                    w, np_other_weights(beta, t, causal), rtol=1e-14, atol=1e-300
+                )
+
+
+def np_other_weights(beta, t_len, causal):
+    """(T, S) weights of the "other" clamp from its definition: e^beta / (e^beta + n - 1) on key
+    i - 1 (key S - 1 for row 0, or key 0 under the causal mask), 1 / (e^beta + n - 1) on each
+    other attended key."""
+    w = np.zeros((t_len, t_len))
+    for i in range(t_len):
+        n = i + 1 if causal else t_len
+        target = i - 1 if i > 0 else (0 if causal else t_len - 1)
+        for j in range(n):
+            w[i, j] = (math.exp(beta) if j == target else 1.0) / (math.exp(beta) + n - 1)
+    return w
+
+
+def np_other_block(p, x, kn, causal, eps):
+    """One post-LN block with MLP (GELU, tanh form) and the "other" clamp, in float64 numpy:
+    h = LN1(a x + g_A Attn(x)), y = LN2(m h + g_M MLP(h)), Attn(x) = sum_h W V_h W_O,h + b_O."""
+    v = np.einsum("btd,dhk->bthk", x, p["wv"]) + p["bv"]
+    w = np_other_weights(kn["pattern_beta"], x.shape[1], causal)
+    attn = np.einsum("ts,bshk,hkd->btd", w, v, p["wo"]) + p["bo"]
+    h = np_layernorm(kn["attn_residual"] * x + kn["attn_gain"] * attn, p["ln1_g"], p["ln1_b"], eps)
+    f = np_gelu_tanh(h @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+    y = np_layernorm(kn["mlp_residual"] * h + kn["mlp_gain"] * f, p["ln2_g"], p["ln2_b"], eps)
+    return y, attn
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_other_layer_paths_and_numpy_oracle(causal):
+    """The "other" clamp through block.layer_apply (post-LN, MLP, random biases and LayerNorm
+    gains, knobs away from their defaults): the fast path (closed-form A V, vo rolled by one key)
+    equals the plain path (full weights) and the float64 numpy block np_other_block within 5e-5
+    in float32 (as tests/core/test_block.py); under jax.enable_x64 the paths agree within 1e-12
+    and match numpy within 1e-10; the row entropy and maximum of both paths are those of the
+    numpy weights."""
+    b, t, d, h = 2, 6, 8, 2
+    spec = BlockSpec(
+        kind="post_ln", d_model=d, n_heads=h, mlp_ratio=2, causal=causal, pattern="other"
+    ).validate()
+    shapes = jax.eval_shape(lambda k: init_params(spec, k), jax.random.PRNGKey(0))
+    r = np.random.default_rng(7)
+    p64 = {n: r.standard_normal(sd.shape[1:]) / math.sqrt(d) for n, sd in shapes.items()}
+    p64["ln1_g"] += 1.0
+    p64["ln2_g"] += 1.0
+    x64 = r.standard_normal((b, t, d))
+    u64 = r.standard_normal((2, h, d // h))
+    kn = dict(pattern_beta=1.3, attn_residual=0.7, attn_gain=1.2, mlp_residual=0.9, mlp_gain=0.8)
+    y_np, attn_np = np_other_block(p64, x64, dict(knob_defaults(), **kn), causal, spec.ln_eps)
+    w_np = np_other_weights(1.3, t, causal)
+    ent_np, max_np = np_entropy(w_np), w_np.max(-1)
+    tilings = (None, tiled.choose_tiling(b, t, h, t, budget=2 * h * t))
+    for dtype, tol, tol_np in ((jnp.float32, 5e-5, 5e-5), (jnp.float64, 1e-12, 1e-10)):
+        with jax.enable_x64(dtype == jnp.float64):
+            pa = {n: jnp.asarray(a, dtype) for n, a in p64.items()}
+            args = (pa, jnp.asarray(x64, dtype), knob_arrays(kn, dtype))
+            run = jax.jit(block.layer_apply, static_argnums=(0, 6))
+            plain, fast = (run(spec, *args, *jnp.asarray(u64, dtype), tl) for tl in tilings)
+            assert fast.full is None and plain.full is not None
+            for name in ("y", "attn", "row_entropy", "row_max"):
+                np.testing.assert_allclose(
+                    getattr(fast, name), getattr(plain, name), rtol=tol, atol=tol, err_msg=name
+                )
+            for lay, where in ((plain, "plain"), (fast, "fast")):
+                for name, want in (
+                    ("y", y_np),
+                    ("attn", attn_np),
+                    ("row_entropy", np.broadcast_to(ent_np, (b, h, t))),
+                    ("row_max", np.broadcast_to(max_np, (b, h, t))),
+                ):
+                    np.testing.assert_allclose(
+                        np.asarray(getattr(lay, name), np.float64),
+                        want,
+                        rtol=tol_np,
+                        atol=tol_np,
+                        err_msg=f"{where} {name} {dtype.__name__}",
+                    )
+
+
+def test_other_knob_rules():
+    """pattern_beta acts on "other" as on "token" (sweepable), temperature is inert (it only
+    scales the logits), and the uniform clamp's refusal names it among the sharpening clamps."""
+    i = InputSpec(kind="gaussian", batch=2, length=8)
+    other = Lab(BlockSpec(d_model=16, n_heads=4, pattern="other"), i)
+    other.check_knobs(["pattern_beta", "q_scale", "attn_gain", "mlp_gain"], {})
+    with pytest.raises(ConfigError, match="temperature.*'other' replaces the softmax"):
+        other.check_knobs(["temperature"], {})
+    with pytest.raises(ConfigError, match="'shared', 'token' and 'other' clamps"):
+        Lab(BlockSpec(d_model=16, n_heads=4, pattern="uniform"), i).check_knobs(
+            ["pattern_beta"], {}
+        )
+
+
+@pytest.mark.slow
+def test_other_conforms():
+    """simlab.testing's one-call check on the "other" clamp: closed forms, every path against
+    the plain oracle, float64 on the same sample, the extreme knobs (chunk identity: the
+    registry loops)."""
+    testing.check_pattern("other", identity=False)

@@ -55,7 +55,7 @@ class Decoder(nn.Module):
         x_BTD = embed[ids_BT] + pos[: ids_BT.shape[1]]
         zero_LHK = jnp.zeros((s.depth, s.n_heads, s.d_head))
         y_BTD, obs = block.stack_apply(
-            s, blocks, x_BTD, knob_arrays({}), zero_LHK, zero_LHK, observe
+            s, blocks, x_BTD, knob_arrays({}), zero_LHK, zero_LHK, observe=observe
         )
         return attention.layer_norm(y_BTD, lnf_g, lnf_b, s.ln_eps) @ unembed, obs
 
