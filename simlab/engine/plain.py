@@ -250,7 +250,12 @@ def provenance(cfg: SweepConfig, lab, names) -> dict[str, Any]:
     set_knobs = [k for k, v in cfg.knobs.items() if k in KNOBS and v != KNOBS[k].default]
     used = {"knobs": [k for k in swept + set_knobs if k in KNOBS]}
     if ident is None:
-        used.update(block=[cfg.block.kind], inputs=[cfg.inputs.kind], metrics=list(names))
+        used.update(
+            block=[cfg.block.kind],
+            inputs=[cfg.inputs.kind],
+            metrics=list(names),
+            pattern=[cfg.block.pattern],
+        )
     sources = plugins.used(used)
     if sources:
         resolved["sources"] = sources

@@ -130,12 +130,15 @@ def heatmap(r: Run, name: str, fig: dict) -> list[Path]:
         path = r.out / f"{name}_{m}.png"
         title = r.title(res, f"{m}: {_format(fig.get('title', ''), res, fig)}")
         diverging = m in fig.get("diverging", ())
-        if not (inverse or overlays or diverging or "x_label" in fig or "y_label" in fig):
+        if fig.get("select") or not (
+            inverse or overlays or diverging or "x_label" in fig or "y_label" in fig
+        ):
             plot.plot_results(
                 res,
                 x=x,
                 y=y,
                 metric=m,
+                select=fig.get("select"),
                 contour=c,
                 contour_levels=fig.get("contour_levels") if c else None,
                 title=title,
