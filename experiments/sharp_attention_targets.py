@@ -48,9 +48,7 @@ def one_seed(lab: Lab, key, lam: float, drift: float) -> dict:
     state = lab.seed_state(key)
     knobs = knob_arrays(dict(q_scale=lam, k_scale=lam, drift_norm=drift), jnp.float32)
     x, _ = lab.inputs_of(state, knobs)
-    _, obs = block.stack_apply(
-        lab.block, state["params"], x, knobs, state["u_q"], state["u_k"], lambda layer: layer
-    )
+    _, obs = block.stack_apply(lab.block, state["params"], x, knobs, state["u_q"], state["u_k"])
     layer = jax.tree.map(lambda a: a[0], obs)
     w = np.asarray(layer.full.w, np.float64)  # (B, H, T, S)
     b, h, t, _ = w.shape

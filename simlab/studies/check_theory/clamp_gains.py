@@ -101,6 +101,12 @@ def simulated(run, pattern: str, kind: str) -> np.ndarray:
     return np.asarray(m[cos_out], float) - np.asarray(m[cos_in], float)
 
 
+def _half(x) -> float:
+    """2 standard errors of the mean over seeds."""
+    x = np.ravel(x)
+    return 2.0 * float(np.std(x, ddof=1)) / np.sqrt(x.size) if x.size > 1 else float("nan")
+
+
 def _corr(a, b) -> float:
     a, b = np.ravel(a), np.ravel(b)
     if a.size < 3 or np.std(a) == 0 or np.std(b) == 0:
@@ -181,8 +187,8 @@ def compare(cfg, data) -> Comparison:
 
 def _paired_rows(cfg, run, size, key) -> list[tuple[str, str]]:
     """Clamp minus uniform at the largest beta, and token minus other (the tau terms), per seed:
-    seed mean of the simulated and predicted differences at the drift of the largest predicted
-    |difference|, and their correlation over seeds."""
+    seed mean of the simulated (+- 2 standard errors) and predicted differences at the drift of
+    the largest predicted |difference|, and their correlation over seeds."""
     rows = []
     pats = cfg["patterns"]
 
@@ -201,8 +207,9 @@ def _paired_rows(cfg, run, size, key) -> list[tuple[str, str]]:
             rows.append(
                 (
                     f"{key}: {a} - {b}, {kind}, beta {cfg['pattern_beta'][-1]:g}, "
-                    f"N {cfg['drift_norm'][j]:g}: sim / pred, r over seeds",
-                    f"{s[j].mean():+.5f} / {p[j].mean():+.5f}, r {_corr(s[j], p[j]):.3f}",
+                    f"N {cfg['drift_norm'][j]:g}: sim (+-2 s.e.) / pred, r over seeds",
+                    f"{s[j].mean():+.5f} +- {_half(s[j]):.5f} / {p[j].mean():+.5f}, "
+                    f"r {_corr(s[j], p[j]):.3f}",
                 )
             )
     return rows
@@ -230,7 +237,8 @@ def figure(res: ClaimResult, path: Path) -> None:
             pred = np.asarray(curves[p][kind]["pred"])[-1]
             n = sim.shape[-1]
             half = 2.0 * sim.std(axis=-1, ddof=1) / np.sqrt(n) if n > 1 else 0 * x
-            ax.errorbar(x, sim.mean(-1), yerr=half, fmt="o", ms=4, color=f"C{i}", label=p)
+            mark = "os^xvD"[i % 6]  # token and other coincide: told apart by the marker
+            ax.errorbar(x, sim.mean(-1), yerr=half, fmt=mark, ms=5, color=f"C{i}", label=p)
             ax.plot(x, pred.mean(-1), "-", color=f"C{i}")
         ax.axhline(0.0, color="0.6", lw=0.8)
         ax.set(
