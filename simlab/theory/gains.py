@@ -38,7 +38,7 @@ random-sign terms of the MLP's linear part (GELU's mean slope 1/2: A = W_1 W_2 /
 carry most of the seed-to-seed spread once the input has a drift: gamma = w^T A w along the
 drift's direction w after the attention branch and tau = tr(A) / d.
 
-Clamped patterns at any drift (`clamp_cos`, one function per pattern; docs/theory.md, "Claim 11").
+Clamped patterns at any drift (`CLAMP_COS`, one function per pattern; docs/theory.md, "Claim 11").
 For the attention branch alone (block kind "attention", no MLP, a = 1, no LayerNorm) and any
 row-stochastic weights A (T x T, the same in every head) h_i = x_i + sum_j A_ij x_j M
 = N w + r_i with w = u_b (I + M) and r_i = e_i + sum_j A_ij e_j M: every row sums to one, so
@@ -88,11 +88,13 @@ W_K,h^T. Over the keys j only x_i B_h e_j^T varies: a token-specific part e_i B_
 every query (variance N^2 sigma_e^2 |u_b B_h|^2): at BERT init their ratio is N^2 / E, one at N ~
 |x|. The query's own key has no systematic advantage: e_i B_h e_i^T has mean sigma_e^2 tr(B_h), a
 fraction tr(B_h) / |B_h|_F ~ D^-1/2 of the token part's spread. At large lambda each head copies
-its argmax key j_h(i), so A is one-hot per head (s2 = 1): the private part grows by the whole
-k_iso (the token clamp at p = 1, self or other alike), and two queries of a sequence share a
-target with the probability pi of a collision of their argmaxes, which puts pi k_iso E on their
-inner product: G_d = rho0 g + (1 - rho0)(1 + k_iso), G_w = rho0 g + (1 - rho0) pi k_iso, cross-head
-terms tr(M_h M_h'^T) and the tau terms (mean zero) left out.
+its argmax key j_h(i), so A is one-hot per head (s2 = 1): the private part grows by
+sum_h |M_h|_F^2 / D ~ k_iso, M_h = W_V,h W_O,h (the token clamp at p = 1, self or other alike),
+and two queries of a sequence share head h's copy with the probability pi_h that their argmaxes
+collide, which puts pi k_iso E on their inner product (pi the heads' mean): G_d = rho0 g +
+(1 - rho0)(1 + k_iso), G_w = rho0 g + (1 - rho0) pi k_iso. Left out: the cross-head terms
+tr(M_h M_h'^T) and the tau terms (mean zero), and what the selection does to the copied keys
+(an argmax key has an atypically large component along u_b B_h, of relative size ~ 2 ln T / D).
 """
 
 from __future__ import annotations
