@@ -272,6 +272,10 @@ class Lab:
                      so |u_b + u_b W_V W_O|^2 = 1 + 2 drift_vo_dot + drift_vo;
           vo_iso     |W_V W_O|_F^2 / D: the same gain averaged over directions (a token's own
                      direction, for a pattern that copies one token into every output);
+          vo_trace   tr(W_V W_O) / D: the overlap e . e W_V W_O / |e|^2 of a random direction
+                     with its own image (random sign): what a token adds to its own norm when
+                     it copies itself, and to a neighbour's inner product when that one
+                     copies it (simlab.theory.gains.doubly_stochastic_cos);
           drift_q    |u_b W_Q|^2 summed over heads: the squared mean query per unit drift, whose
                      j-dependent logit term N (u_b W_Q) . k_j makes a shared pattern
                      (docs/design.md, "The physics in one paragraph");
@@ -299,6 +303,7 @@ class Lab:
             "drift_vo": np.sum(uvo_LD * uvo_LD, axis=-1),
             "drift_vo_dot": uvo_LD @ u_D,
             "vo_iso": np.sum(vo_LDE * vo_LDE, axis=(1, 2)) / vo_LDE.shape[1],
+            "vo_trace": np.trace(vo_LDE, axis1=1, axis2=2) / vo_LDE.shape[1],
             "drift_q": np.sum(np.einsum("d,ldhk->lhk", u_D, p["wq"]) ** 2, axis=(1, 2)),
         }
         if self.block.mlp:

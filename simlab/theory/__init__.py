@@ -1,7 +1,7 @@
 """Closed-form predictions about attention sharpness and anisotropy, each with its source.
 
-Ten claims (the numbering is the one of `simlab check-theory` and docs/theory.md), one
-module each, named after the claim (claims 8-10 share one):
+Eleven claims (the numbering is the one of `simlab check-theory` and docs/theory.md), one
+module each, named after the claim (claims 8-11 share one):
 
   1. REM entropy      (rem) softmax of T i.i.d. Gaussian logits (Derrida's random energy model);
                       the limit law and the finite-T mean entropy (rem_entropy_finite).
@@ -19,10 +19,11 @@ module each, named after the claim (claims 8-10 share one):
   7. Signal propagation  (signal) per-layer token cosines of post-LN / pre-LN /
                       attention-only stacks (Giorlandino & Goldt's layer recursion, ported to
                       simlab's blocks).
-  8-10. Gains         (gains) the anisotropy a BERT-init block adds, branch by branch: the
+  8-11. Gains         (gains) the anisotropy a BERT-init block adds, branch by branch: the
                       attention branch under uniform attention, a shared clamped pattern, and
                       the whole block's mean-field curve against the drift, each seed with its
-                      own weight statistics; derived here.
+                      own weight statistics; the attention branch under every clamped pattern
+                      at any drift (claim 11), and the sharp softmax's limit; derived here.
   Width:              (width) the anisotropy a BERT-init post-LN block adds through the GELU
                       MLP's mean output at N -> 0 (mlp_mean_gain), derived here.
 
@@ -98,14 +99,25 @@ from simlab.theory.freezing import (
     paper_logit_var,
 )
 from simlab.theory.gains import (
+    CLAMP_COS,
+    clamp_gain,
+    clamp_weights,
+    doubly_stochastic_cos,
     drift_fraction_after,
     drift_gain_uniform,
     expected_drift_gain_factor,
     gelu_mean_field,
+    logit_parts,
     mean_field_gain,
+    other_clamp_cos,
+    row_stochastic_cos,
+    shared_clamp_cos,
     shared_global_gain,
     shared_weight,
     shared_within_gain,
+    sharp_softmax_cos,
+    token_clamp_cos,
+    uniform_clamp_cos,
 )
 from simlab.theory.gg import (
     gg_beta_c,
@@ -204,4 +216,15 @@ __all__ = [
     "shared_global_gain",
     "shared_weight",
     "shared_within_gain",
+    "CLAMP_COS",
+    "clamp_gain",
+    "clamp_weights",
+    "doubly_stochastic_cos",
+    "logit_parts",
+    "other_clamp_cos",
+    "row_stochastic_cos",
+    "shared_clamp_cos",
+    "sharp_softmax_cos",
+    "token_clamp_cos",
+    "uniform_clamp_cos",
 ]

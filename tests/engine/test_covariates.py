@@ -30,13 +30,14 @@ def np_covariates(state):
     u = np.asarray(state["comps"]["u_b"], np.float64).reshape(-1)
     u = u / np.linalg.norm(u)
     depth, d, heads, _ = p["wv"].shape
-    names = ("drift_vo", "drift_vo_dot", "vo_iso", "drift_q", "mlp_shared", "mlp_drift_dot")
-    out = {k: [] for k in (*names, "mlp_trace")}
+    names = ("drift_vo", "drift_vo_dot", "vo_iso", "vo_trace", "drift_q", "mlp_shared")
+    out = {k: [] for k in (*names, "mlp_drift_dot", "mlp_trace")}
     for layer in range(depth):
         vo = sum(p["wv"][layer, :, h, :] @ p["wo"][layer, h] for h in range(heads))  # D x D
         out["drift_vo"].append(float(np.sum((u @ vo) ** 2)))
         out["drift_vo_dot"].append(float((u @ vo) @ u))
         out["vo_iso"].append(float(np.sum(vo * vo)) / d)
+        out["vo_trace"].append(sum(float(vo[i, i]) for i in range(d)) / d)
         out["drift_q"].append(
             sum(float(np.sum((u @ p["wq"][layer, :, h, :]) ** 2)) for h in range(heads))
         )
@@ -78,6 +79,7 @@ def test_lab_covariates_vs_numpy():
         "drift_vo",
         "drift_vo_dot",
         "vo_iso",
+        "vo_trace",
         "drift_q",
     }
 

@@ -5,11 +5,12 @@ Comparison, verdict(cfg, comparison) and figure(result, path), registered in CLA
 `register`; the driver `check(claim, cfg)` turns them into one row of the table (sizes,
 predicted, simulated, error, whether the error shrinks with size, verdict) plus detail rows,
 and the figure theory_<claim>.png (in figures/, or figures/quick/ for --quick) draws the
-prediction over the simulation.  The seven claims of simlab.theory, in table order, one module
-each: rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse (with dong_constant),
-freezing_line, signal_propagation.  Claims 1-5 simulate directly in jnp with the reference
+prediction over the simulation.  The eleven claims of simlab.theory, in table order:
+rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse (with dong_constant),
+freezing_line, signal_propagation (one module each), uniform_gain, shared_gain, mean_field_gain
+(branch_gains) and clamp_gains.  Claims 1-5 simulate directly in jnp with the reference
 computations of check_theory.reference (no dependency on simlab's blocks; claim 3 also runs
-through simlab.run_sweep); claims 6 and 7 run through simlab.run_sweep.
+through simlab.run_sweep); claims 6-11 run through simlab.run_sweep.
 
 Sizes and criteria come from experiments/theory_<claim>.toml alone ([full] and [quick]
 tables).  Runs:
@@ -38,6 +39,7 @@ from simlab.studies import table
 from simlab.studies.check_theory import (
     branch_gains,
     chen_scaling,
+    clamp_gains,
     dong_collapse,
     freezing_line,
     gg_attention,
@@ -78,7 +80,7 @@ __all__ = [
     "write_json",
 ]
 
-# the seven claims of simlab.theory, registered like any other, in the table's order (the
+# the claims of simlab.theory, registered like any other, in the table's order (the
 # number in the table's first column is the place in CLAIMS)
 for _module in (
     rem_entropy,
@@ -90,7 +92,7 @@ for _module in (
     signal_propagation,
 ):
     CLAIMS.register(_module.CLAIM, source=BUILTIN)
-for _claim in branch_gains.CLAIMS:  # claims 8-10
+for _claim in (*branch_gains.CLAIMS, clamp_gains.CLAIM):  # claims 8-11
     CLAIMS.register(_claim, source=BUILTIN)
 
 COLUMNS = (

@@ -13,7 +13,7 @@ into one row of its table:
                                            claim has one;
     figure(result, path)                   the figure of a ClaimResult.
 
-`register(claim)` adds a claim to CLAIMS (simlab.registry: read live; the seven claims of
+`register(claim)` adds a claim to CLAIMS (simlab.registry: read live; the eleven claims of
 simlab.theory are registered with the same call, in check_theory/__init__.py, and come first
 in the table, then a plugin's in the order of registration)
 and `check(claim, cfg)` runs simulate -> compare -> verdict into a ClaimResult;
@@ -121,7 +121,7 @@ def _check_claim(claim: Claim) -> None:
     )
 
 
-# name -> Claim, read live: simlab's seven (check_theory/__init__.py) and the plugins'
+# name -> Claim, read live: simlab's own (check_theory/__init__.py) and the plugins'
 CLAIMS: Registry[Claim] = Registry("theory claim", Claim, _check_claim)
 
 
