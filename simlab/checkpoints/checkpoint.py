@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 from collections.abc import Mapping
 
 import jax
@@ -127,6 +128,85 @@ class Checkpoint:
         """What names these weights in a fingerprint: the architecture and the file hashes."""
         return {"architecture": self.architecture, "files": dict(self.hashes)}
 
+    def at(self, layers, ids=None) -> Weights:
+        """Consecutive layers of this checkpoint for a Lab (`Lab(..., weights=ck.at(3))`);
+        ids: a fixed sample of token ids (B, T) for every seed (None: drawn per seed)."""
+        r = self.layer_range(layers)
+        return Weights(self, r, None if ids is None else self.check_ids(ids, "checkpoint.ids"))
+
+
+# BlockSpec fields a study may set on trained layers; every other field is the checkpoint's
+STUDY_FIELDS = ("pattern", "depth")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Weights:
+    """Layers `layers` of a checkpoint, run by a Lab instead of drawn weights
+    (simlab.core.lab.Lab(weights=...)): every seed sees these weights; only the inputs and the
+    random directions vary. Inputs of kind "tokens": the checkpoint's embeddings of token ids
+    (`ids` if given, else drawn per seed as simlab.core.inputs.token_ids draws them) passed
+    through the checkpoint's layers below the first one (`hidden`)."""
+
+    checkpoint: Checkpoint
+    layers: range
+    ids: np.ndarray | None = None
+
+    def check(self, block, inputs) -> None:
+        """Refuse a block or input spec these weights cannot run, naming the field."""
+        ck = self.checkpoint
+        cfg = ck.folder / files.CONFIG
+        for k, v in ck.block_fields().items():
+            if getattr(block, k, None) != v:
+                raise ConfigError(
+                    f"block.{k}: {getattr(block, k, None)!r} differs from the checkpoint's "
+                    f"{v!r} ({cfg}); on trained weights only {', '.join(STUDY_FIELDS)} are set"
+                )
+        if block.depth != len(self.layers):
+            raise ConfigError(
+                f"block.depth: {block.depth} differs from the {len(self.layers)} checkpoint "
+                f"layers {self.layers.start}..{self.layers.stop - 1}"
+            )
+        for k in ("mlp", "mlp_center", "qk_norm", "qk_weights"):
+            default = {"mlp": True, "mlp_center": False, "qk_norm": "none", "qk_weights": "random"}
+            if getattr(block, k) != default[k]:
+                raise ConfigError(
+                    f"block.{k}: {getattr(block, k)!r} cannot be set on trained weights "
+                    f"(the checkpoint's layers have {default[k]!r})"
+                )
+        ck.check_length(inputs.length)
+        if inputs.kind == "tokens":
+            if self.ids is not None:
+                if self.ids.shape != (inputs.batch, inputs.length):
+                    raise ConfigError(
+                        f"checkpoint.ids: shape {self.ids.shape} differs from (inputs.batch, "
+                        f"inputs.length) = ({inputs.batch}, {inputs.length})"
+                    )
+            elif inputs.vocab > ck.vocab:
+                raise ConfigError(
+                    f"inputs.vocab: {inputs.vocab} exceeds the checkpoint's vocab_size "
+                    f"{ck.vocab} ({cfg})"
+                )
+
+    def params(self, dtype=None) -> dict[str, jax.Array]:
+        """The layers' weights stacked (L, ...) in the lab's layout."""
+        return self.checkpoint.stacked(self.layers, dtype)
+
+    def hidden(self, ids_BT, dtype=None) -> jax.Array:
+        """What the first of `layers` sees in the model for token ids: the embeddings through
+        the layers below it (default knobs)."""
+        x = self.checkpoint.embed(ids_BT, dtype)
+        return run(self.checkpoint, x, range(0, self.layers.start))
+
+    def identity(self) -> dict:
+        """The checkpoint's identity (file hashes), the layers and the fixed ids (a hash)."""
+        import hashlib
+
+        out = {**self.checkpoint.identity(), "layers": [self.layers.start, self.layers.stop - 1]}
+        if self.ids is not None:
+            raw = np.ascontiguousarray(self.ids, np.int64).tobytes()
+            out["ids"] = hashlib.sha256(raw).hexdigest()
+        return out
+
 
 def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
     """x through `layers` of the checkpoint with default knobs (plain attention)."""
@@ -184,20 +264,21 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
     )
 
 
+def step_of(name: str) -> int:
+    """The training step in a checkpoint folder's name: its last number (step143000 -> 143000;
+    -1 when there is none)."""
+    m = re.findall(r"\d+", name)
+    return int(m[-1]) if m else -1
+
+
 def load_series(folder, where: str = "checkpoints") -> list[tuple[str, Checkpoint]]:
     """Every checkpoint folder directly inside `folder` (e.g. Pythia's step revisions saved as
-    step1000/, step2000/, ...), as (name, Checkpoint) ordered by the number in the name."""
-    import re
-
+    step1000/, step2000/, ...), as (name, Checkpoint) ordered by step_of(name)."""
     root = pathlib.Path(folder).expanduser()
     if not root.is_dir():
         raise ConfigError(f"{where}: {str(root)!r} is not a directory")
     subs = [p for p in root.iterdir() if p.is_dir() and (p / files.CONFIG).is_file()]
     if not subs:
         raise ConfigError(f"{where}: no checkpoint folders (with {files.CONFIG}) in {str(root)!r}")
-
-    def step(p: pathlib.Path):
-        m = re.findall(r"\d+", p.name)
-        return (int(m[-1]) if m else -1, p.name)
-
-    return [(p.name, load(p, where)) for p in sorted(subs, key=step)]
+    subs.sort(key=lambda p: (step_of(p.name), p.name))
+    return [(p.name, load(p, f"{where}/{p.name}")) for p in subs]
