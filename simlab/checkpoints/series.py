@@ -110,6 +110,32 @@ def series(checkpoints, ids_BT) -> list[dict]:
     return out
 
 
+# simlab train-dynamics tracks the same quantities (simlab.studies.train_dynamics.stats) under
+# these names: quantity -> tracked metric
+TRAIN_DYNAMICS_NAMES = {
+    "q_mean_norm": "q_mean_norm",
+    "k_mean_norm": "k_mean_norm",
+    "qk_mean_cos": "qk_mean_cos",
+    "entropy": "attn_entropy",
+    "anisotropy": "out_cos",
+    "anisotropy_within": "out_cos_within",
+}
+
+
+def from_train_dynamics(res, name: str = "train-dynamics") -> list[dict]:
+    """The same table from a `simlab train-dynamics` run (its Results: every metric
+    (step, layer, head, seed), simlab.studies.train_dynamics), the mean over seeds: the lab's
+    own training beside a checkpoint series (`figure({...: series(...), ...: this})`)."""
+    steps = np.asarray(res.axes["step"])
+    mean = {q: np.mean(np.asarray(res[m]), axis=-1) for q, m in TRAIN_DYNAMICS_NAMES.items()}
+    n_layers, n_heads = len(res.axes["layer"]), len(res.axes["head"])
+    out = []
+    for i, step in enumerate(steps):
+        q = {k: np.broadcast_to(v[i], (n_layers, n_heads)) for k, v in mean.items()}
+        out += rows(name, int(step), {**q, **{k: q[k][:, 0] for k in LAYER_QUANTITIES}})
+    return out
+
+
 COLUMNS = ("checkpoint", "step", "layer", "head") + QUANTITIES
 
 
@@ -131,30 +157,36 @@ def write_table(table: Iterable[Mapping], path) -> pathlib.Path:
     return path
 
 
-def figure(table: Iterable[Mapping], path=None, label: str = ""):
-    """Each quantity against the training step, one line per layer (the mean over heads);
-    saved to `path` if given. Returns the matplotlib figure."""
-    import matplotlib
+def figure(tables, path=None, label: str = ""):
+    """Each quantity against the training step, one line per layer (the mean over heads); one
+    row of panels per table when `tables` maps names to tables (e.g. a checkpoint series and
+    the lab's own run, from_train_dynamics, side by side); saved to `path` if given. Returns the
+    matplotlib figure."""
+    import matplotlib  # deferred: plotting only
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    table = list(table)
-    layers = sorted({r["layer"] for r in table})
-    steps = sorted({r["step"] for r in table})
-    fig, axes = plt.subplots(1, len(QUANTITIES), figsize=(3.2 * len(QUANTITIES), 3.0))
-    for ax, q in zip(axes, QUANTITIES):
-        for l in layers:
-            ys = [
-                np.mean([r[q] for r in table if r["layer"] == l and r["step"] == s]) for s in steps
-            ]
-            ax.plot(steps, ys, marker="o", ms=3, label=f"layer {l}")
-        ax.set_title(q, fontsize=9)
-        ax.set_xlabel("training step")
-        if len(steps) > 2 and min(steps) > 0 and max(steps) / min(steps) > 100:
-            ax.set_xscale("log")
-    axes[0].legend(fontsize=7)
-    if label:
+    named = dict(tables) if isinstance(tables, Mapping) else {label: list(tables)}
+    n = len(QUANTITIES)
+    fig, grid = plt.subplots(len(named), n, figsize=(3.2 * n, 3.0 * len(named)), squeeze=False)
+    for axes, (name, table) in zip(grid, named.items()):
+        table = list(table)
+        layers = sorted({r["layer"] for r in table})
+        steps = sorted({r["step"] for r in table})
+        for ax, q in zip(axes, QUANTITIES):
+            for l in layers:
+                ys = [
+                    np.mean([r[q] for r in table if r["layer"] == l and r["step"] == s])
+                    for s in steps
+                ]
+                ax.plot(steps, ys, marker="o", ms=3, label=f"layer {l}")
+            ax.set_title(f"{name}: {q}" if name else q, fontsize=9)
+            ax.set_xlabel("training step")
+            if len(steps) > 2 and min(steps) > 0 and max(steps) / min(steps) > 100:
+                ax.set_xscale("log")
+        axes[0].legend(fontsize=7)
+    if label and isinstance(tables, Mapping):
         fig.suptitle(label, fontsize=10)
     fig.tight_layout()
     if path is not None:

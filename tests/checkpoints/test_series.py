@@ -83,3 +83,28 @@ def test_series_table_and_figure(tmp_path):
     assert js[5]["layer"] == table[5]["layer"] and js[5]["entropy"] == table[5]["entropy"]
     series.figure(table, tmp_path / "f.png", label="tiny gpt_neox")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_the_labs_own_training_run_gives_the_same_table(tmp_path):
+    """A train-dynamics Results (every metric (step, layer, head, seed), per-layer ones with a
+    size-1 head dim) as the same table, the mean over seeds, drawn beside a checkpoint series."""
+    from collections import OrderedDict
+
+    from simlab.engine.results import Results
+
+    rng = np.random.default_rng(0)
+    axes = OrderedDict(step=np.array([1.0, 10.0, 100.0]), layer=np.arange(2.0), head=np.arange(3.0))
+    metrics = {m: rng.random((3, 2, 3, 2)) for m in ("q_mean_norm", "k_mean_norm", "qk_mean_cos")}
+    metrics["attn_entropy"] = rng.random((3, 2, 3, 2))
+    metrics["out_cos"] = rng.random((3, 2, 1, 2))
+    metrics["out_cos_within"] = rng.random((3, 2, 1, 2))
+    table = series.from_train_dynamics(Results(axes, metrics, {}), "tiny run")
+    assert len(table) == 3 * 2 * 3
+    r = table[1 * 6 + 1 * 3 + 2]  # step 10, layer 1, head 2
+    assert (r["step"], r["layer"], r["head"]) == (10, 1, 2)
+    assert r["entropy"] == pytest.approx(metrics["attn_entropy"][1, 1, 2].mean())
+    assert r["anisotropy"] == pytest.approx(metrics["out_cos"][1, 1, 0].mean())
+    ids = np.load(FIXTURES / "gpt_neox" / "oracle.npz")["ids"]
+    ck = series.series([("step5", load(FIXTURES / "gpt_neox"))], ids)
+    fig = series.figure({"pythia-like": ck, "lab": table}, tmp_path / "both.png")
+    assert len(fig.axes) == 2 * len(series.QUANTITIES)
