@@ -224,6 +224,21 @@ def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
     return y
 
 
+def block_fields_of(path, where: str = "checkpoint.path") -> dict:
+    """The BlockSpec fields of a checkpoint's layers from its config.json alone (no tensors)."""
+    folder = files.locate(path, where)
+    c = Config(files.read_config(folder), str(folder / files.CONFIG))
+    arch = _architecture(c)
+    return {k: v for k, v in arch.spec(c).items() if k not in EMBEDDING_FIELDS}
+
+
+def _architecture(c: Config):
+    name = c.cfg.get("model_type")
+    if name not in ARCHITECTURES:
+        c.fail("model_type", f"{name!r} is not supported; supported: {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
 def load(path, where: str = "checkpoint.path") -> Checkpoint:
     """Read a checkpoint folder (simlab.checkpoints.files.locate) into the lab's layout.
     Refused in one line naming the field and the file: an architecture not in ARCHITECTURES,
@@ -231,13 +246,8 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
     folder = files.locate(path, where)
     cfg_file = folder / files.CONFIG
     c = Config(files.read_config(folder), str(cfg_file))
-    arch_name = c.cfg.get("model_type")
-    if arch_name not in ARCHITECTURES:
-        c.fail(
-            "model_type",
-            f"{arch_name!r} is not supported; supported: {', '.join(ARCHITECTURES)}",
-        )
-    arch = ARCHITECTURES[arch_name]
+    arch = _architecture(c)
+    arch_name = arch.name
     fields = arch.spec(c)
     n_layers = arch.n_layers(c)
     tensors, origin = files.read_tensors(folder)
