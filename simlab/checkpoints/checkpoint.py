@@ -219,7 +219,13 @@ def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
     spec = ckpt.block(len(r))
     z = jnp.zeros((len(r), spec.n_heads, spec.d_head), x_BTD.dtype)
     y, _ = block.stack_apply(
-        spec, ckpt.stacked(r, x_BTD.dtype), x_BTD, knob_arrays({}, x_BTD.dtype), z, z, lambda l: ()
+        spec,
+        ckpt.stacked(r, x_BTD.dtype),
+        x_BTD,
+        knob_arrays({}, x_BTD.dtype),
+        z,
+        z,
+        observe=lambda l: (),
     )
     return y
 

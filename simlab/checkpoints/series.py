@@ -67,7 +67,7 @@ def quantities(spec, params, x_BTD) -> dict[str, np.ndarray]:
     inputs x (B, T, D), default knobs, plain attention: head ones (L, H), layer ones (L,)."""
     z = jnp.zeros((spec.depth, spec.n_heads, spec.d_head), x_BTD.dtype)
     _, obs = block.stack_apply(
-        spec, params, x_BTD, knob_arrays({}, x_BTD.dtype), z, z, _observe(spec.causal)
+        spec, params, x_BTD, knob_arrays({}, x_BTD.dtype), z, z, observe=_observe(spec.causal)
     )
     return {k: np.asarray(v, np.float64) for k, v in obs.items()}
 
