@@ -4,6 +4,7 @@ For head h with d_head = K (Vaswani et al. 2017; knobs as in docs/design.md):
   q_i = x_i W_Q + b_Q,  k_j = x_j W_K + b_K,  v_j = x_j W_V + b_V
   QK-norm (optional, per head): q_i <- gain * N(q_i), k_j <- gain * N(k_j), N = LayerNorm
   (mean-centred, no bias, as flax's normalize_qk) or RMSNorm (Dehghani et al. 2023)
+  rotary embeddings (optional): q_i <- R_i q_i, k_j <- R_j k_j (simlab.core.rotary)
   q_i' = q_scale * q_i + q_shift * u_q,   k_j' = k_scale * k_j + k_shift * u_k
   l_ij = q_i' . k_j' / (sqrt(K) * temperature),  w_ij = softmax_j(l_ij)  (float32)
   out_i = sum_h sum_j w_ij v_j W_O + b_O
@@ -16,6 +17,8 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+
+from simlab.core import rotary
 
 QK_NORM_EPS = 1e-6  # flax.linen.LayerNorm's default epsilon
 
@@ -52,19 +55,40 @@ def normalize_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], qk_norm: str):
     return knobs["qk_norm_gain"] * norm(q_BTHK), knobs["qk_norm_gain"] * norm(k_BSHK)
 
 
-def shape_q(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK, qk_norm: str):
-    """(q', k): QK-norm of both (times qk_norm_gain), then the shaped queries
-    q' = q_scale q + q_shift u_q, and the keys normalised only. Every attention path starts here;
-    k_scale and the key shift are the caller's: the plain path multiplies the keys, the tiled and
-    factored paths keep k_scale in the scalar factor of the logits (`scale_logits`), and the
-    shift's term q'_i . u_k is constant over j (softmax ignores it)."""
+def shape_q(
+    q_BTHK,
+    k_BSHK,
+    knobs: Mapping[str, jax.Array],
+    u_q_HK,
+    qk_norm: str,
+    rotary_dims: int = 0,
+    rotary_base: float = 10000.0,
+):
+    """(q', k): QK-norm of both (times qk_norm_gain), rotary embeddings of both on their first
+    rotary_dims dims (simlab.core.rotary; none for 0), then the shaped queries
+    q' = q_scale q + q_shift u_q, and the keys normalised (and rotated) only. Every attention
+    path starts here; k_scale and the key shift are the caller's: the plain path multiplies the
+    keys, the tiled and factored paths keep k_scale in the scalar factor of the logits
+    (`scale_logits`), and the shift's term q'_i . u_k is constant over j (softmax ignores it)."""
     q_BTHK, k_BSHK = normalize_qk(q_BTHK, k_BSHK, knobs, qk_norm)
+    if rotary_dims:
+        q_BTHK = rotary.rotate(q_BTHK, rotary_dims, rotary_base)
+        k_BSHK = rotary.rotate(k_BSHK, rotary_dims, rotary_base)
     return knobs["q_scale"] * q_BTHK + knobs["q_shift"] * u_q_HK, k_BSHK
 
 
-def shape_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK, u_k_HK, qk_norm: str):
+def shape_qk(
+    q_BTHK,
+    k_BSHK,
+    knobs: Mapping[str, jax.Array],
+    u_q_HK,
+    u_k_HK,
+    qk_norm: str,
+    rotary_dims: int = 0,
+    rotary_base: float = 10000.0,
+):
     """(q', k'): `shape_q`, then k' = k_scale k + k_shift u_k."""
-    q_BTHK, k_BSHK = shape_q(q_BTHK, k_BSHK, knobs, u_q_HK, qk_norm)
+    q_BTHK, k_BSHK = shape_q(q_BTHK, k_BSHK, knobs, u_q_HK, qk_norm, rotary_dims, rotary_base)
     return q_BTHK, knobs["k_scale"] * k_BSHK + knobs["k_shift"] * u_k_HK
 
 

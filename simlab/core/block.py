@@ -7,14 +7,18 @@ With a = attn_residual, m = mlp_residual and the branch gains g_A = attn_gain, g
   pre_ln:    h = a x + g_A Attn(LN1(x));    y = m h + g_M MLP(LN2(h))    (y = h without MLP)
   parallel:  y = a x + g_A Attn(LN1(x)) + g_M MLP(LN1(x))  (GPT-J, Wang & Komatsuzaki 2021; one
              LayerNorm feeds both branches; m is inert: no skip around the MLP alone)
-MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, as BERT), ReLU or the identity
-("linear", an ablation). g_A multiplies the attention sub-layer's output before the token-wise
-part sees it (so it acts on every kind, a plugin's too); g_M is read by the kinds that declare
-`mlp_gain` (all built-in ones). `Layer.attn` and `Layer.mlp` are the branches' own outputs,
-before their gains. The kinds are one registry, BLOCKS (a BlockKind each: what the projections
-see and the token-wise rest of the layer), read live; a new block variant is one
-`register_block` call, in simlab or in a plugin (docs/extending.md), with the helpers ln1, ln2,
-identity and mlp.
+  parallel2: y = a x + g_A Attn(LN1(x)) + g_M MLP(LN2(x))  (GPT-NeoX, Black et al. 2022; Pythia:
+             a LayerNorm of its own for each branch; m is inert)
+MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, "gelu"; the exact erf form,
+"gelu_exact"), ReLU or the identity ("linear", an ablation). With spec.rotary_pct > 0 the
+projected queries and keys are rotated by their positions (simlab.core.rotary) after the QK-norm
+and before q_scale, k_scale and the shifts. g_A multiplies the attention sub-layer's output
+before the token-wise part sees it (so it acts on every kind, a plugin's too); g_M is read by
+the kinds that declare `mlp_gain` (all built-in ones). `Layer.attn` and `Layer.mlp` are the
+branches' own outputs, before their gains. The kinds are one registry, BLOCKS (a BlockKind each:
+what the projections see and the token-wise rest of the layer), read live; a new block variant
+is one `register_block` call, in simlab or in a plugin (docs/extending.md), with the helpers
+ln1, ln2, identity and mlp.
 
 Two ways to compute the attention sub-layer, with one contract (`Layer`):
   plain  (tiling None): the full weights w (B, H, T, S), then A V (simlab.core.attention): the
@@ -86,7 +90,8 @@ class Layer(NamedTuple):
 
 
 def mlp(spec: BlockSpec, p, h_BTD):
-    """MLP(h) = act(h W_1 + b_1) W_2 + b_2, act = GELU (tanh form), ReLU or the identity
+    """MLP(h) = act(h W_1 + b_1) W_2 + b_2, act = GELU (tanh form; "gelu_exact": the exact
+    z Phi(z), Hendrycks & Gimpel 2016), ReLU or the identity
     (activation "linear": MLP(h) = h W_1 W_2 + b_1 W_2 + b_2, an ablation of the nonlinearity).
     With spec.mlp_center (an ablation) each token's hidden activation g_t (F units) is centred
     over its units first, g_t - mean_f(g_tf) 1: this removes exactly the term
@@ -94,7 +99,12 @@ def mlp(spec: BlockSpec, p, h_BTD):
     has a nonzero mean (GELU's E[GELU(z)] = s^2 / sqrt(2 pi (1 + s^2)) for the exact GELU and
     z ~ N(0, s^2); s^2 = 768 * 0.02^2 at BERT-base init gives 0.107), so it isolates that
     shared output (docs/gallery.md, "6. Width")."""
-    act = {"gelu": jax.nn.gelu, "relu": jax.nn.relu, "linear": lambda g: g}[spec.activation]
+    act = {
+        "gelu": jax.nn.gelu,
+        "gelu_exact": lambda g: jax.nn.gelu(g, approximate=False),
+        "relu": jax.nn.relu,
+        "linear": lambda g: g,
+    }[spec.activation]
     g_BTF = act(h_BTD @ p["w1"] + p["b1"])
     if spec.mlp_center:
         g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
@@ -112,12 +122,17 @@ def qkv(p, a_BTD):
     )
 
 
+def rotary_of(spec: BlockSpec) -> tuple[int, float]:
+    """(rotated dims per head, base) of the block's rotary embeddings ((0, base): none)."""
+    return spec.rotary_dims, spec.rotary_base
+
+
 def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
     """The oracle: full weights, then A V W_O; entropy -sum_j w log w per row. The key shift's
     logit term k_shift q'_i . u_k is constant over j, so softmax ignores it: it is left out of
     the logits (as on the tiled path), which makes k_shift exactly invisible to the weights
     instead of invisible up to the rounding of a huge constant. `Full.k` holds the shifted keys."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm)
+    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
     k = knobs["k_scale"] * k
     if patterns.PATTERNS[spec.pattern].reads_logits:
         w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
@@ -143,7 +158,7 @@ def tiled_attention(
 ) -> Attn:
     """Tiled: scores s_ij = q'_i . k_j of the normalised keys k (the j-constant k_shift u_k . q'_i
     dropped), scalar factor k_scale / (sqrt(K) temperature) kept apart (simlab.core.tiled)."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm)
+    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
     factor = attention.scale_logits(knobs["k_scale"], spec.d_head, knobs["temperature"], q.dtype)
     b, t = q.shape[:2]
     rs = tiled.attend(
@@ -164,7 +179,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
     """A clamped pattern (simlab.core.patterns) on the fast path: A V W_O, the row entropy and
     maximum from the closed form in O(T D), no (B, H, T, S) array; the shaped queries and keys
     give the same token means as on the softmax paths."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm)
+    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
     beta = patterns.beta(spec.pattern, knobs).astype(jnp.promote_types(v.dtype, jnp.float32))
     out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
     shape = (q.shape[0], spec.n_heads, q.shape[1])
@@ -231,6 +246,14 @@ def _parallel_branches(spec, p, x_BTD, attn_BTD, knobs):
     if not spec.mlp:
         return h, None
     f = mlp(spec, p, ln1(spec, p, x_BTD))
+    return h + knobs["mlp_gain"] * f, f
+
+
+def _parallel2_branches(spec, p, x_BTD, attn_BTD, knobs):
+    h = knobs["attn_residual"] * x_BTD + attn_BTD
+    if not spec.mlp:
+        return h, None
+    f = mlp(spec, p, ln2(spec, p, x_BTD))
     return h + knobs["mlp_gain"] * f, f
 
 
@@ -344,6 +367,17 @@ for _kind in (
         mlp_residual=False,
         mlp_gain=True,
         token_wise_mlp=_parallel_branches,
+    ),
+    BlockKind(
+        "parallel2",
+        ln1,
+        _first(_parallel2_branches),
+        True,
+        False,
+        "y = a x + Attn(LN1(x)) + MLP(LN2(x))  (GPT-NeoX, Pythia)",
+        mlp_residual=False,
+        mlp_gain=True,
+        token_wise_mlp=_parallel2_branches,
     ),
 ):
     BLOCKS.register(_kind, source=BUILTIN)

@@ -16,6 +16,10 @@ numbers, docs/design.md).
   student_t:   i.i.d. Student-t with nu > 2 dof, scaled to variance sigma^2 per coordinate.
   rademacher:  i.i.d. +-sigma with probability 1/2 each (bounded, maximally non-Gaussian
                marginals; the worked example of docs/extending.md).
+  tokens:      a trained checkpoint's own embeddings of token ids drawn as for "embedding"
+               (uniform or Zipf over `vocab`), through its layers below the first one studied
+               (simlab.checkpoints.checkpoint.Weights; a Lab given `weights` builds them, no
+               other code can: docs/checkpoints.md).
 Then every token gets the drift b = drift_norm * u_b, u_b a random unit vector per seed
 (Godey et al. 2024, section on untrained blocks: "a common bias term b of norm N").
 
@@ -114,6 +118,19 @@ def _rademacher(spec: InputSpec, d: int, z: dict, t_key) -> dict:
     return {"x": spec.sigma * jnp.where(z["u"] < 0.5, -1.0, 1.0).astype(z["u"].dtype)}
 
 
+def _tokens_noise(spec: InputSpec, d: int) -> dict:
+    return {"ids": _embedding_noise(spec, d)["ids"]}
+
+
+def _tokens(spec: InputSpec, d: int, z: dict, t_key) -> dict:
+    from simlab.errors import ConfigError
+
+    raise ConfigError(
+        "inputs.kind: 'tokens' are a checkpoint's own token embeddings; give a [checkpoint] "
+        "table (docs/checkpoints.md)"
+    )
+
+
 def _one(knobs) -> dict:
     return {"x": jnp.ones_like(knobs["drift_norm"])}
 
@@ -200,12 +217,28 @@ for _kind in (
 ):
     INPUTS.register(_kind, source=BUILTIN)
 
+# The inputs of trained layers: not drawn from a key alone (they need a checkpoint's embeddings
+# and lower layers), so not an entry of INPUTS, whose every kind any Lab can draw; InputSpec
+# accepts its name, and `kind_of` finds it.
+TOKENS = InputKind(
+    "tokens",
+    _tokens_noise,
+    _tokens,
+    doc="a checkpoint's embeddings of uniform or Zipf token ids, through its lower layers",
+)
+TRAINED = {TOKENS.name: TOKENS}
+
+
+def kind_of(name: str) -> InputKind:
+    """The input kind `name`: an entry of INPUTS, or a kind of trained layers (TRAINED)."""
+    return TRAINED[name] if name in TRAINED else INPUTS[name]
+
 
 # ------------------------------------------------------------------------------ components
 def noise_shapes(spec: InputSpec, d_model: int) -> dict[str, tuple]:
     """The random numbers one draw of the inputs needs: name -> (shape, kind) for
     simlab.core.init.draws (the drift direction u_b and the kind's own)."""
-    return {"u_b": ((1, 1, d_model), "normal"), **INPUTS[spec.kind].noise(spec, d_model)}
+    return {"u_b": ((1, 1, d_model), "normal"), **kind_of(spec.kind).noise(spec, d_model)}
 
 
 def components(
@@ -224,13 +257,13 @@ def components(
     z = {k: v.astype(dtype) if k != "ids" else v for k, v in noise.items()}
     return {
         "u_b": z["u_b"] / jnp.linalg.norm(z["u_b"]),
-        **INPUTS[spec.kind].components(spec, d_model, z, t_key),
+        **kind_of(spec.kind).components(spec, d_model, z, t_key),
     }
 
 
 def coefficients(kind: str, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
     """The traced coefficients of each component: x = sum_c coef_c * X_c + drift_norm * u_b."""
-    return {**INPUTS[kind].coefficients(knobs), "u_b": knobs["drift_norm"]}
+    return {**kind_of(kind).coefficients(knobs), "u_b": knobs["drift_norm"]}
 
 
 def combine(comps: Mapping[str, jax.Array], coefs: Mapping[str, jax.Array]) -> jax.Array:

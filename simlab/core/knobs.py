@@ -24,11 +24,11 @@ def _always(block, inputs) -> str | None:
 
 
 def _reads_input_corr(block, inputs) -> str | None:
-    from simlab.core.inputs import INPUTS
+    from simlab.core.inputs import kind_of
 
     return (
         None
-        if "input_corr" in INPUTS[inputs.kind].knobs
+        if "input_corr" in kind_of(inputs.kind).knobs
         else f"inputs.kind {inputs.kind!r} has no input_corr"
     )
 

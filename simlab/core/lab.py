@@ -16,6 +16,13 @@ path: the same math with nothing hoisted and the full attention weights (the ora
 
 A clamped attention pattern (`BlockSpec.pattern`, simlab.core.patterns) has no logits to factor:
 its layer 0 runs hoisted (projections per seed) with A V from the closed form, O(T D) a point.
+Neither do rotary embeddings (the logits depend on the positions): the projections are still
+hoisted (the rotation comes after them).
+
+Trained weights (`Lab(..., weights=checkpoint.at(layers))`, simlab.checkpoints): the layers'
+weights replace the draws, the same for every seed; a seed then varies only the inputs (the
+token ids of inputs.kind "tokens", or any other kind's draw) and the random directions (u_b,
+u_q, u_k). Without `weights` nothing of this runs.
 
 The protocol the sweep engine relies on is `LabProtocol` (seed_state, point, metric_names;
 optionally identity, check_knobs, default_micro_batch, point_bytes, covariates): run_sweep(lab=...)
@@ -91,11 +98,24 @@ class Lab:
         factor: bool = True,
         tiled: bool = True,
         tile_elements: int | None = None,
+        weights=None,
+        checkpoint=None,
     ):
         from simlab.core.block import BLOCKS
 
         self.block = block.validate()
         self.inputs = inputs.validate()
+        self.checkpoint = checkpoint
+        if checkpoint is not None and weights is None:
+            weights = _weights(checkpoint, block.depth)
+        self.weights = weights
+        if weights is not None:
+            weights.check(self.block, self.inputs)
+        elif inputs.kind == "tokens":
+            raise ConfigError(
+                "inputs.kind: 'tokens' are a checkpoint's own token embeddings; give a "
+                "[checkpoint] table (docs/checkpoints.md)"
+            )
         names = tuple(default_metrics() if metrics is None else metrics)
         for n in names:
             if n not in METRICS:
@@ -116,6 +136,7 @@ class Lab:
             and self.tiled
             and block.qk_norm == "none"
             and PATTERNS[block.pattern].reads_logits  # a clamp has no logits to factor
+            and block.rotary_dims == 0  # rotary logits depend on the positions
         )
         # metrics reading the MLP branch's output (Layer.mlp) need a kind that exposes it
         mlp_readers = [n for n in names if "mlp" in METRICS[n].reads]
@@ -175,9 +196,10 @@ class Lab:
         spec = self.block
         shape = ((spec.depth, spec.n_heads, spec.d_head), "normal")
         kind = "uniform" if spec.init == "glorot" else "normal"
+        drawn = param_shapes(spec) if self.weights is None else {}  # trained: no weight draws
         # one threefry call for every random number of the seed (simlab.core.init.draws)
         wanted = {
-            **{f"p.{n}": (s, kind) for n, s in param_shapes(spec).items()},
+            **{f"p.{n}": (s, kind) for n, s in drawn.items()},
             "d.u_q": shape,
             "d.u_k": shape,
             **{f"x.{n}": s for n, s in inputs.noise_shapes(self.inputs, spec.d_model).items()},
@@ -189,10 +211,12 @@ class Lab:
 
         dirs = part("d.")
         state = {
-            "params": init_params(spec, noise=part("p.")),
-            "comps": inputs.components(
-                self.inputs, spec.d_model, noise=part("x."), t_key=jax.random.fold_in(key, 1)
+            "params": (
+                init_params(spec, noise=part("p."))
+                if self.weights is None
+                else self.weights.params(z["d.u_q"].dtype)
             ),
+            "comps": self._components(part("x."), jax.random.fold_in(key, 1)),
             **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()},
         }
         if self.hoist:
@@ -210,8 +234,32 @@ class Lab:
                 state["proj"] = proj
         return state
 
+    def _components(self, noise, t_key) -> dict:
+        """The input components of a seed (simlab.core.inputs.components); for inputs.kind
+        "tokens", the checkpoint's hidden states of the token ids (fixed, or drawn)."""
+        if self.weights is None or self.inputs.kind != "tokens":
+            return inputs.components(self.inputs, self.block.d_model, noise=noise, t_key=t_key)
+        ids = self.weights.ids
+        if ids is None:
+            ids = inputs.token_ids(self.inputs, noise={"ids": noise["ids"]})
+        u_b = noise["u_b"]
+        return {
+            "u_b": u_b / jnp.linalg.norm(u_b),
+            "x": self.weights.hidden(jnp.asarray(ids), u_b.dtype),
+        }
+
+    def identity(self) -> dict:
+        """The block, the inputs and, on trained weights, the checkpoint's identity (its file
+        hashes, the layers): what the sweep fingerprints."""
+        import dataclasses
+
+        out = {"block": dataclasses.asdict(self.block), "inputs": dataclasses.asdict(self.inputs)}
+        if self.weights is not None:
+            out["weights"] = self.weights.identity()
+        return out
+
     def _varying(self) -> str:
-        return inputs.INPUTS[self.inputs.kind].varying
+        return inputs.kind_of(self.inputs.kind).varying
 
     def inputs_of(self, state, knobs):
         """x = sum_c coef_c X_c, broadcast to (B, T, D); with inputs.normalize, x_i / |x_i|."""
@@ -319,6 +367,21 @@ class Lab:
 
     def _observe(self, layer: block.Layer):
         return layer_metrics(self.metric_names, self.block.causal, layer)
+
+
+def _weights(checkpoint, depth: int):
+    """The trained layers a [checkpoint] table names (simlab.core.spec.CheckpointSpec)."""
+    from simlab.checkpoints import load  # deferred: the checkpoint package reads the files
+
+    ck = load(checkpoint.path)
+    ids = None
+    if checkpoint.ids is not None:
+        try:
+            ids = np.load(checkpoint.ids)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"checkpoint.ids: cannot read {checkpoint.ids!r} ({e})") from None
+    layers = range(checkpoint.layer, checkpoint.layer + depth)
+    return ck.at(ck.layer_range(list(layers), "checkpoint.layer"), ids=ids)
 
 
 def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:

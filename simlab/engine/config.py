@@ -7,6 +7,9 @@ A config file has the tables
   [[axes]], [points], [refine]: the grid and its refinement (simlab.engine.grid)
   [sweep]    seeds, first_seed, base_seed, micro_batch, chunk_size, memory_budget_mb, metrics,
              matmul_precision
+  [checkpoint]  trained layers (spec.CheckpointSpec: path, layer, ids): [block] then comes from
+             the checkpoint's config.json (a study sets only pattern and depth), and the files'
+             sha256 enter the fingerprint (docs/checkpoints.md)
 Every check names the field (e.g. "axes[1].stop") and raises simlab.errors.ConfigError.
 Experiment TOMLs (experiments/, found by `experiments_dir`) may add a [quick] table of smaller
 sizes, applied by `apply_quick`, and [[figures]] tables (simlab.studies.reproduce).
@@ -41,7 +44,7 @@ from simlab.engine.grid import (
 from simlab.engine.tomlio import read_toml
 from simlab.errors import ConfigError
 
-TABLES = ("block", "inputs", "knobs", "axes", "sweep", "points", "refine")
+TABLES = ("block", "inputs", "knobs", "axes", "sweep", "points", "refine", "checkpoint")
 # Keys an experiment TOML may add for `simlab reproduce`; a sweep ignores them.
 EXPERIMENT_KEYS = ("quick", "figures", "experiment", "variants")
 # Top-level keys of a config besides the tables: `plugins` (modules imported before anything is
@@ -124,6 +127,7 @@ class SweepConfig:
     sweep: SweepSettings
     plugins: tuple[str, ...] = ()
     refine: Refine | None = None
+    checkpoint: spec.CheckpointSpec | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -161,6 +165,8 @@ class SweepConfig:
             out[PLUGINS_KEY] = list(self.plugins)
         if self.refine is not None:
             out["refine"] = self.refine.to_dict()
+        if self.checkpoint is not None:  # (absent without one: other fingerprints stay)
+            out["checkpoint"] = self.checkpoint.to_dict()
         return out
 
 
@@ -189,6 +195,8 @@ def canonical(config: Mapping[str, Any]) -> dict[str, Any]:
     d = json.loads(json.dumps(config))
     for k in NOT_FINGERPRINTED:
         d.get("sweep", {}).pop(k, None)
+    if isinstance(d.get("checkpoint"), dict):  # its files name it, not where it lies
+        d["checkpoint"].pop("path", None)
     for table, defaults in field_defaults().items():
         t = d.get(table)
         if not isinstance(t, dict):
@@ -285,7 +293,7 @@ def to_toml(config: Mapping[str, Any]) -> str:
     for key in DERIVED_KEYS:
         if config.get(key):
             lines.append(f"# {key} (derived, recorded by the sweep): {json.dumps(config[key])}")
-    for table in ("block", "inputs", "knobs", "sweep"):
+    for table in ("block", "inputs", "knobs", "sweep", "checkpoint"):
         t = config.get(table)
         if isinstance(t, Mapping) and t:
             lines += ["", f"[{table}]"]
@@ -312,7 +320,12 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
     for k in raw:
         if k not in TABLES and k not in EXPERIMENT_KEYS + (PLUGINS_KEY,) + DERIVED_KEYS:
             raise ConfigError(f"{k}: unknown table; allowed: {', '.join(TABLES)}")
-    block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
+    checkpoint = None
+    if raw.get("checkpoint") is not None:
+        checkpoint = spec.checkpoint_from_dict(_table(raw, "checkpoint"), "checkpoint")
+        block = _floats(spec.checkpoint_block(checkpoint, _table(raw, "block"), "block"))
+    else:
+        block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
     inputs = _floats(spec.spec_from_dict(spec.InputSpec, _table(raw, "inputs"), "inputs"))
     fixed = _table(raw, "knobs")
     knobs = knob_registry.resolve_knobs(fixed)
@@ -336,6 +349,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
         parse_sweep(_table(raw, "sweep")),
         tuple(named),
         refine,
+        checkpoint,
     )
 
 

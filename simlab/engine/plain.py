@@ -193,7 +193,7 @@ def build_lab(cfg: SweepConfig, lab=None):
     A lab with a `check_knobs(swept, fixed)` method may also refuse knobs it ignores.
     """
     if lab is None:
-        lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics)
+        lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, checkpoint=cfg.checkpoint)
     elif not isinstance(lab, LabProtocol):
         raise ConfigError(
             f"lab: a {type(lab).__name__} is not a lab; it needs metric_names, seed_state(key) "
@@ -211,15 +211,21 @@ def build_lab(cfg: SweepConfig, lab=None):
 
 def lab_identity(lab, cfg: SweepConfig) -> dict[str, Any] | None:
     """What a custom lab adds to the fingerprint: None for simlab's Lab of the config's own
-    block and inputs (the default), else {"class": module.qualname, **lab.identity()} when the
+    block, inputs and checkpoint (the default; a [checkpoint]'s file hashes are in the config),
+    for a Lab given trained weights directly (Lab(weights=...)) their identity (file hashes,
+    layers) besides its block and inputs, else {"class": module.qualname, **lab.identity()} when the
     lab names itself, or otherwise the class, a sha256 of its module's source and its instance
     attributes that are plain numbers, strings or booleans (simlab.core.lab.LabProtocol)."""
-    if type(lab) is Lab and (lab.block, lab.inputs) == (cfg.block, cfg.inputs):
+    own = (cfg.block, cfg.inputs, cfg.checkpoint)
+    given = type(lab) is Lab and lab.checkpoint is None and lab.weights is not None
+    if type(lab) is Lab and (lab.block, lab.inputs, lab.checkpoint) == own and not given:
         return None
     cls = type(lab)
     out: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}"}
     if type(lab) is Lab:
         out.update(block=dataclasses.asdict(lab.block), inputs=dataclasses.asdict(lab.inputs))
+        if lab.weights is not None:  # trained weights given to the Lab: their file hashes
+            out["weights"] = lab.weights.identity()
     elif callable(getattr(lab, "identity", None)):
         ident = lab.identity()
         if not isinstance(ident, Mapping):

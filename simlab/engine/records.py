@@ -352,6 +352,8 @@ def meta_record(
     }
     if covariate_dims:
         meta["covariates"] = covariate_dims
+    if config.get("checkpoint"):  # trained layers: one set of weights for every seed
+        meta["seeds_vary"] = "inputs only: the checkpoint's weights are the same for every seed"
     return meta
 
 

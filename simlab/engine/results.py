@@ -177,6 +177,14 @@ class Results:
         if i:
             lines.append(f"  inputs: {i.get('kind')}, {i.get('batch')} x {i.get('length')} tokens")
         lines.append(f"  seeds: {self.n_seeds}")
+        ck = cfg.get("checkpoint")
+        if isinstance(ck, dict):
+            first, depth = ck.get("layer", 0), b.get("depth", 1)
+            lines.append(
+                f"  weights: {ck.get('architecture')} checkpoint, layers {first}.."
+                f"{first + depth - 1} ({ck.get('path')}); the same for every seed: seeds vary "
+                "only the inputs"
+            )
         for name, v in self.axes.items():
             v = np.asarray(v)
             lines.append(

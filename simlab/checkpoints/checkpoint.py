@@ -1,0 +1,300 @@
+"""A trained checkpoint in the lab's own layout: `load(path)` -> `Checkpoint`.
+
+`Checkpoint` holds every layer's weights stacked on a leading layer axis (the layout of
+simlab.core.init, numpy, as stored: float32, or float16/bfloat16 widened to float32), the
+embedding tables, the BlockSpec fields of one layer (`fields`), and the sha256 of its files
+(`hashes`, the identity a sweep fingerprints). `at(layers)` picks a contiguous range of layers
+for a Lab; `embed(ids)` makes the architecture's input embeddings of token ids;
+`hidden_states(ids)` runs the checkpoint (the oracle tests compare it with HF's forward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simlab.checkpoints import files
+from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
+from simlab.errors import ConfigError
+
+# architecture settings of the embeddings, not of the block
+EMBEDDING_FIELDS = ("padding_idx",)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """A loaded checkpoint (see the module docstring). params: name -> (n_layers, ...) numpy
+    in the lab's layout; tables: the embedding tables; fields: BlockSpec fields of one layer
+    plus the embeddings' settings (EMBEDDING_FIELDS)."""
+
+    folder: pathlib.Path
+    architecture: str
+    fields: Mapping
+    params: Mapping[str, np.ndarray]
+    tables: Mapping[str, np.ndarray]
+    hashes: Mapping[str, str]
+    n_layers: int
+    vocab: int
+    max_positions: int  # 0: no limit (rotary positions)
+
+    def block_fields(self) -> dict:
+        """The BlockSpec fields of one layer (kind, d_model, n_heads, activation, ...)."""
+        return {k: v for k, v in self.fields.items() if k not in EMBEDDING_FIELDS}
+
+    def block(self, depth: int = 1, **overrides):
+        """A BlockSpec of `depth` of this checkpoint's layers; `overrides`: the fields a study
+        may change (e.g. pattern)."""
+        from simlab.core.spec import BlockSpec
+
+        return BlockSpec(**{**self.block_fields(), "depth": depth, **overrides}).validate()
+
+    def layer_range(self, layers, where: str = "checkpoint.layers") -> range:
+        """`layers` (an int, a range or ascending consecutive ints) as a range, checked."""
+        if isinstance(layers, int) and not isinstance(layers, bool):
+            layers = [layers]
+        layers = list(layers)
+        if not layers or any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
+            raise ConfigError(f"{where}: must be layer numbers, got {layers!r}")
+        r = range(layers[0], layers[0] + len(layers))
+        if layers != list(r):
+            raise ConfigError(f"{where}: {layers!r} must be consecutive ascending layers")
+        if r.start < 0 or r.stop > self.n_layers:
+            raise ConfigError(
+                f"{where}: {layers!r} is outside the checkpoint's layers 0..{self.n_layers - 1} "
+                f"({self.folder / files.CONFIG})"
+            )
+        return r
+
+    def stacked(self, layers, dtype=None) -> dict[str, jax.Array]:
+        """The weights of a contiguous range of layers, stacked (L, ...), as jax arrays of
+        `dtype` (None: jax's default float dtype)."""
+        r = self.layer_range(layers)
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        return {n: jnp.asarray(a[r.start : r.stop], dtype) for n, a in self.params.items()}
+
+    def check_ids(self, ids, where: str = "inputs") -> np.ndarray:
+        """Token ids (B, T) as int32 numpy, inside the vocabulary and the positions."""
+        ids = np.asarray(ids)
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise ConfigError(f"{where}: token ids must be an integer array (batch, length)")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab):
+            raise ConfigError(
+                f"{where}: token ids must lie in 0..{self.vocab - 1} (vocab_size of "
+                f"{self.folder / files.CONFIG}), got {ids.min()}..{ids.max()}"
+            )
+        self.check_length(ids.shape[1], where)
+        return ids.astype(np.int32)
+
+    def check_length(self, length: int, where: str = "inputs.length") -> None:
+        if self.max_positions and length > self.max_positions:
+            raise ConfigError(
+                f"{where}: {length} tokens exceed the checkpoint's {self.max_positions} "
+                f"positions ({self.folder / files.CONFIG})"
+            )
+
+    def embed(self, ids_BT, dtype=None) -> jax.Array:
+        """The architecture's input embeddings of token ids (B, T) -> (B, T, D)."""
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        tables = {n: jnp.asarray(a, dtype) for n, a in self.tables.items()}
+        return ARCHITECTURES[self.architecture].embed(tables, jnp.asarray(ids_BT), self.fields)
+
+    def hidden_states(self, ids_BT, layers=None, dtype=None) -> list[jax.Array]:
+        """[input of the first layer of `layers`, then each layer's output] for token ids (the
+        embeddings, then layers 0.. by default), through simlab's blocks (plain attention,
+        default knobs)."""
+        from simlab.core import block
+        from simlab.core.lab import knob_arrays
+
+        r = self.layer_range(range(self.n_layers) if layers is None else layers)
+        ids = self.check_ids(ids_BT)
+        x = run(self, self.embed(ids, dtype), range(0, r.start))
+        out = [x]
+        spec = self.block(1)
+        knobs = knob_arrays({}, x.dtype)
+        zeros = jnp.zeros((spec.n_heads, spec.d_head), x.dtype)
+        for i in r:
+            p = jax.tree.map(lambda a: a[0], self.stacked([i], x.dtype))
+            x = block.layer_apply(spec, p, x, knobs, zeros, zeros).y
+            out.append(x)
+        return out
+
+    def identity(self) -> dict:
+        """What names these weights in a fingerprint: the architecture and the file hashes."""
+        return {"architecture": self.architecture, "files": dict(self.hashes)}
+
+    def at(self, layers, ids=None) -> Weights:
+        """Consecutive layers of this checkpoint for a Lab (`Lab(..., weights=ck.at(3))`);
+        ids: a fixed sample of token ids (B, T) for every seed (None: drawn per seed)."""
+        r = self.layer_range(layers)
+        return Weights(self, r, None if ids is None else self.check_ids(ids, "checkpoint.ids"))
+
+
+# BlockSpec fields a study may set on trained layers; every other field is the checkpoint's
+STUDY_FIELDS = ("pattern", "depth")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Weights:
+    """Layers `layers` of a checkpoint, run by a Lab instead of drawn weights
+    (simlab.core.lab.Lab(weights=...)): every seed sees these weights; only the inputs and the
+    random directions vary. Inputs of kind "tokens": the checkpoint's embeddings of token ids
+    (`ids` if given, else drawn per seed as simlab.core.inputs.token_ids draws them) passed
+    through the checkpoint's layers below the first one (`hidden`)."""
+
+    checkpoint: Checkpoint
+    layers: range
+    ids: np.ndarray | None = None
+
+    def check(self, block, inputs) -> None:
+        """Refuse a block or input spec these weights cannot run, naming the field."""
+        ck = self.checkpoint
+        cfg = ck.folder / files.CONFIG
+        for k, v in ck.block_fields().items():
+            if getattr(block, k, None) != v:
+                raise ConfigError(
+                    f"block.{k}: {getattr(block, k, None)!r} differs from the checkpoint's "
+                    f"{v!r} ({cfg}); on trained weights only {', '.join(STUDY_FIELDS)} are set"
+                )
+        if block.depth != len(self.layers):
+            raise ConfigError(
+                f"block.depth: {block.depth} differs from the {len(self.layers)} checkpoint "
+                f"layers {self.layers.start}..{self.layers.stop - 1}"
+            )
+        for k in ("mlp", "mlp_center", "qk_norm", "qk_weights"):
+            default = {"mlp": True, "mlp_center": False, "qk_norm": "none", "qk_weights": "random"}
+            if getattr(block, k) != default[k]:
+                raise ConfigError(
+                    f"block.{k}: {getattr(block, k)!r} cannot be set on trained weights "
+                    f"(the checkpoint's layers have {default[k]!r})"
+                )
+        ck.check_length(inputs.length)
+        if inputs.kind == "tokens":
+            if self.ids is not None:
+                if self.ids.shape != (inputs.batch, inputs.length):
+                    raise ConfigError(
+                        f"checkpoint.ids: shape {self.ids.shape} differs from (inputs.batch, "
+                        f"inputs.length) = ({inputs.batch}, {inputs.length})"
+                    )
+            elif inputs.vocab > ck.vocab:
+                raise ConfigError(
+                    f"inputs.vocab: {inputs.vocab} exceeds the checkpoint's vocab_size "
+                    f"{ck.vocab} ({cfg})"
+                )
+
+    def params(self, dtype=None) -> dict[str, jax.Array]:
+        """The layers' weights stacked (L, ...) in the lab's layout."""
+        return self.checkpoint.stacked(self.layers, dtype)
+
+    def hidden(self, ids_BT, dtype=None) -> jax.Array:
+        """What the first of `layers` sees in the model for token ids: the embeddings through
+        the layers below it (default knobs)."""
+        x = self.checkpoint.embed(ids_BT, dtype)
+        return run(self.checkpoint, x, range(0, self.layers.start))
+
+    def identity(self) -> dict:
+        """The checkpoint's identity (file hashes), the layers and the fixed ids (a hash)."""
+        import hashlib
+
+        out = {**self.checkpoint.identity(), "layers": [self.layers.start, self.layers.stop - 1]}
+        if self.ids is not None:
+            raw = np.ascontiguousarray(self.ids, np.int64).tobytes()
+            out["ids"] = hashlib.sha256(raw).hexdigest()
+        return out
+
+
+def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
+    """x through `layers` of the checkpoint with default knobs (plain attention)."""
+    from simlab.core import block
+    from simlab.core.lab import knob_arrays
+
+    if not len(layers):
+        return x_BTD
+    r = ckpt.layer_range(layers)
+    spec = ckpt.block(len(r))
+    z = jnp.zeros((len(r), spec.n_heads, spec.d_head), x_BTD.dtype)
+    y, _ = block.stack_apply(
+        spec,
+        ckpt.stacked(r, x_BTD.dtype),
+        x_BTD,
+        knob_arrays({}, x_BTD.dtype),
+        z,
+        z,
+        observe=lambda l: (),
+    )
+    return y
+
+
+def block_fields_of(path, where: str = "checkpoint.path") -> dict:
+    """The BlockSpec fields of a checkpoint's layers from its config.json alone (no tensors)."""
+    folder = files.locate(path, where)
+    c = Config(files.read_config(folder), str(folder / files.CONFIG))
+    arch = _architecture(c)
+    return {k: v for k, v in arch.spec(c).items() if k not in EMBEDDING_FIELDS}
+
+
+def _architecture(c: Config):
+    name = c.cfg.get("model_type")
+    if name not in ARCHITECTURES:
+        c.fail("model_type", f"{name!r} is not supported; supported: {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
+def load(path, where: str = "checkpoint.path") -> Checkpoint:
+    """Read a checkpoint folder (simlab.checkpoints.files.locate) into the lab's layout.
+    Refused in one line naming the field and the file: an architecture not in ARCHITECTURES,
+    a config value simlab does not compute, a missing tensor, a shape mismatch."""
+    folder = files.locate(path, where)
+    cfg_file = folder / files.CONFIG
+    c = Config(files.read_config(folder), str(cfg_file))
+    arch = _architecture(c)
+    arch_name = arch.name
+    fields = arch.spec(c)
+    n_layers = arch.n_layers(c)
+    tensors, origin = files.read_tensors(folder)
+    prefix = next((p for p in arch.prefixes if p + arch.probe in tensors), None)
+    if prefix is None:
+        raise ConfigError(
+            f"{folder / files.weight_files(folder)[0].name}: tensor {arch.probe!r} is missing "
+            f"(with any prefix of {', '.join(repr(p) for p in arch.prefixes)}): not a "
+            f"{arch_name} checkpoint"
+        )
+    get = Tensors(tensors, origin, prefix, folder)
+    layers = [arch.layer(get, i, c, fields) for i in range(n_layers)]
+    params = {n: np.stack([lay[n] for lay in layers]) for n in layers[0]}
+    return Checkpoint(
+        folder=folder,
+        architecture=arch_name,
+        fields=fields,
+        params=params,
+        tables=arch.tables(get, c, fields),
+        hashes=files.hashes(folder),
+        n_layers=n_layers,
+        vocab=arch.vocab(c),
+        max_positions=arch.max_positions(c),
+    )
+
+
+def step_of(name: str) -> int:
+    """The training step in a checkpoint folder's name: its last number (step143000 -> 143000;
+    -1 when there is none)."""
+    m = re.findall(r"\d+", name)
+    return int(m[-1]) if m else -1
+
+
+def load_series(folder, where: str = "checkpoints") -> list[tuple[str, Checkpoint]]:
+    """Every checkpoint folder directly inside `folder` (e.g. Pythia's step revisions saved as
+    step1000/, step2000/, ...), as (name, Checkpoint) ordered by step_of(name)."""
+    root = pathlib.Path(folder).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"{where}: {str(root)!r} is not a directory")
+    subs = [p for p in root.iterdir() if p.is_dir() and (p / files.CONFIG).is_file()]
+    if not subs:
+        raise ConfigError(f"{where}: no checkpoint folders (with {files.CONFIG}) in {str(root)!r}")
+    subs.sort(key=lambda p: (step_of(p.name), p.name))
+    return [(p.name, load(p, f"{where}/{p.name}")) for p in subs]

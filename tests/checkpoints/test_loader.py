@@ -1,0 +1,306 @@
+"""Loading checkpoints: the accepted layouts (a folder, the HF cache, shards, pytorch_model.bin)
+and one clear line for every bad path and mismatch."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from simlab.checkpoints import ARCHITECTURES, files, load, load_series
+from simlab.errors import ConfigError
+
+FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "checkpoints"
+
+
+def copy(arch: str, dest: pathlib.Path) -> pathlib.Path:
+    shutil.copytree(FIXTURES / arch, dest, ignore=shutil.ignore_patterns("oracle.npz"))
+    return dest
+
+
+def edit_config(folder: pathlib.Path, **changes) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def save_tensors(folder: pathlib.Path, change) -> None:
+    from safetensors.numpy import save_file
+
+    t, _ = files.read_tensors(folder)
+    change(t)
+    save_file(t, str(folder / "model.safetensors"))
+
+
+def test_every_architecture_is_registered():
+    assert set(ARCHITECTURES) >= {"bert", "roberta", "gpt2", "gpt_neox"}
+
+
+def test_layout_and_identity():
+    ck = load(FIXTURES / "gpt_neox")
+    assert ck.architecture == "gpt_neox" and ck.n_layers == 2 and ck.vocab == 100
+    assert ck.params["wq"].shape == (2, 16, 2, 8) and ck.params["wo"].shape == (2, 2, 8, 16)
+    assert ck.params["w1"].shape == (2, 16, 64) and ck.params["bq"].shape == (2, 2, 8)
+    assert set(ck.hashes) == {"config.json", "model.safetensors"}
+    assert ck.identity()["files"]["model.safetensors"] == files.sha256(
+        FIXTURES / "gpt_neox" / "model.safetensors"
+    )
+    assert ck.fields["rotary_pct"] == 0.5 and ck.fields["kind"] == "parallel2"
+    assert load(FIXTURES / "gpt_neox_sequential").fields["kind"] == "pre_ln"
+    assert load(FIXTURES / "bert").fields["activation"] == "gelu_exact"
+    assert load(FIXTURES / "gpt2").fields["activation"] == "gelu"
+
+
+def test_hf_cache_layout(tmp_path):
+    """models--org--name/{blobs, refs/main, snapshots/<rev>/} with links into the blobs."""
+    model = tmp_path / "models--org--tiny-gpt2"
+    snap = model / "snapshots" / "abc123"
+    (model / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for f in ("config.json", "model.safetensors"):
+        blob = model / "blobs" / files.sha256(FIXTURES / "gpt2" / f)
+        shutil.copy(FIXTURES / "gpt2" / f, blob)
+        (snap / f).symlink_to(pathlib.Path("../../blobs") / blob.name)
+    (model / "refs").mkdir()
+    (model / "refs" / "main").write_text("abc123")
+    ref = load(FIXTURES / "gpt2")
+    for p in (snap, model):
+        ck = load(p)
+        assert ck.folder == snap and ck.hashes == ref.hashes
+        np.testing.assert_array_equal(ck.params["wq"], ref.params["wq"])
+
+
+def test_sharded_safetensors(tmp_path):
+    from safetensors.numpy import save_file
+
+    t, _ = files.read_tensors(FIXTURES / "bert")
+    names = sorted(t)
+    shards = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
+    (tmp_path / "config.json").write_text((FIXTURES / "bert" / "config.json").read_text())
+    for f, ns in shards.items():
+        save_file({n: t[n] for n in ns}, str(tmp_path / f))
+    index = {"weight_map": {n: f for f, ns in shards.items() for n in ns}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    ck, ref = load(tmp_path), load(FIXTURES / "bert")
+    assert set(ck.hashes) == {"config.json", *shards}
+    np.testing.assert_array_equal(ck.params["w2"], ref.params["w2"])
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ConfigError, match=r"index.json: lists 'model-00002-of-00002.safetensors'"):
+        load(tmp_path)
+
+
+def write_safetensors(path: pathlib.Path, tensors: dict) -> None:
+    """The format by hand (8-byte header length, JSON header, raw data): name -> (tag, array)."""
+    header, blobs, at = {}, [], 0
+    for name, (tag, a) in tensors.items():
+        raw = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": tag, "shape": list(a.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    path.write_bytes(len(head).to_bytes(8, "little") + head + b"".join(blobs))
+
+
+def test_bfloat16_and_float16_are_widened(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    folder = copy("gpt2", tmp_path / "m")
+    t, _ = files.read_tensors(folder)
+    tagged = {n: ("F32", a) for n, a in t.items()}
+    bf = t["transformer.h.0.attn.c_attn.weight"].astype(ml_dtypes.bfloat16)
+    tagged["transformer.h.0.attn.c_attn.weight"] = ("BF16", bf.view(np.uint16))
+    fc = t["transformer.h.0.mlp.c_fc.weight"].astype(np.float16)
+    tagged["transformer.h.0.mlp.c_fc.weight"] = ("F16", fc)
+    write_safetensors(folder / "model.safetensors", tagged)
+    ck = load(folder)
+    assert ck.params["wq"].dtype == np.float32 and ck.params["w1"].dtype == np.float32
+    np.testing.assert_array_equal(ck.params["wq"][0].reshape(16, 16), bf.astype(np.float32)[:, :16])
+    np.testing.assert_array_equal(ck.params["w1"][0], tagged["transformer.h.0.mlp.c_fc.weight"][1])
+
+
+def test_pytorch_bin_with_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "gpt2" / "config.json", folder)
+    t, _ = files.read_tensors(FIXTURES / "gpt2")
+    torch.save({k: torch.from_numpy(v.copy()) for k, v in t.items()}, folder / "pytorch_model.bin")
+    np.testing.assert_array_equal(load(folder).params["w2"], load(FIXTURES / "gpt2").params["w2"])
+
+
+def test_pytorch_bin_without_torch(tmp_path, monkeypatch):
+    import builtins
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "gpt2" / "config.json", folder)
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    real = builtins.__import__
+
+    def no_torch(name, *a, **k):
+        if name == "torch":
+            raise ImportError("no torch")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(ConfigError, match=r"pytorch_model.bin: reading pytorch_model.bin needs"):
+        load(folder)
+
+
+def test_series_is_ordered_by_step(tmp_path):
+    for name in ("step10", "step2", "step100"):
+        copy("gpt2", tmp_path / name)
+    (tmp_path / "notes").mkdir()
+    assert [n for n, _ in load_series(tmp_path)] == ["step2", "step10", "step100"]
+
+
+# ------------------------------------------------------------------------------ errors
+def one_line(excinfo) -> str:
+    msg = str(excinfo.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"checkpoint.path: '.*nowhere' does not exist") as e:
+        load(tmp_path / "nowhere")
+    one_line(e)
+
+
+def test_a_file_not_a_folder():
+    with pytest.raises(ConfigError, match=r"checkpoint.path: '.*config.json' is not a directory"):
+        load(FIXTURES / "gpt2" / "config.json")
+
+
+def test_no_config(tmp_path):
+    with pytest.raises(ConfigError, match=r"checkpoint.path: no config.json in"):
+        load(tmp_path)
+
+
+def test_cache_with_several_snapshots(tmp_path):
+    model = tmp_path / "models--org--x"
+    for rev in ("a", "b"):
+        copy("gpt2", model / "snapshots" / rev)
+    with pytest.raises(ConfigError, match=r"holds 2 snapshots and no refs/main"):
+        load(model)
+
+
+def test_bad_json(tmp_path):
+    folder = copy("gpt2", tmp_path / "m")
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"config.json: cannot be read as JSON"):
+        load(folder)
+
+
+def test_unsupported_architecture(tmp_path):
+    folder = copy("gpt2", tmp_path / "m")
+    edit_config(folder, model_type="llama")
+    with pytest.raises(
+        ConfigError,
+        match=r"config.json: model_type: 'llama' is not supported; supported: bert, roberta, gpt2",
+    ) as e:
+        load(folder)
+    one_line(e)
+
+
+UNSUPPORTED = [
+    ("gpt2", {"activation_function": "silu"}, r"activation_function: activation 'silu' is not"),
+    ("bert", {"hidden_act": "gelu_fast"}, r"hidden_act: activation 'gelu_fast' is not supported"),
+    ("bert", {"position_embedding_type": "relative_key"}, r"position_embedding_type: 'relative_"),
+    ("bert", {"num_attention_heads": 3}, r"num_attention_heads: 3 does not divide hidden_size 16"),
+    ("bert", {"intermediate_size": 40}, r"intermediate_size: 40 is not a multiple of hidden_size"),
+    ("bert", {"hidden_size": None}, r"hidden_size: missing"),
+    ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, r"scale_attn_by_inverse_layer_idx: True "),
+    (
+        "gpt_neox",
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0}},
+        r"rope_parameters.rope_type: 'linear' is not supported",
+    ),
+    (
+        "gpt_neox",
+        {"rope_parameters": {"partial_rotary_factor": 0.375, "rope_theta": 1e4}},
+        r"rotary_pct: int\(d_head 8 \* 0.375\) = 3 rotated dims must be even",
+    ),
+    ("gpt_neox", {"use_parallel_residual": "yes"}, r"use_parallel_residual: must be true or false"),
+]
+
+
+@pytest.mark.parametrize("arch,change,message", UNSUPPORTED)
+def test_unsupported_config_values(tmp_path, arch, change, message):
+    folder = copy(arch, tmp_path / "m")
+    edit_config(folder, **change)
+    with pytest.raises(ConfigError, match=r"config.json: " + message) as e:
+        load(folder)
+    one_line(e)
+
+
+def test_missing_tensor(tmp_path):
+    folder = copy("bert", tmp_path / "m")
+    save_tensors(folder, lambda t: t.pop("encoder.layer.1.attention.self.key.bias"))
+    with pytest.raises(
+        ConfigError,
+        match=r"model.safetensors: tensor 'encoder.layer.1.attention.self.key.bias' is missing",
+    ) as e:
+        load(folder)
+    one_line(e)
+
+
+def test_shape_mismatch(tmp_path):
+    folder = copy("gpt_neox", tmp_path / "m")
+    name = "gpt_neox.layers.0.mlp.dense_h_to_4h.weight"
+    save_tensors(folder, lambda t: t.update({name: t[name][:32]}))
+    with pytest.raises(
+        ConfigError,
+        match=rf"model.safetensors: tensor '{name}' has shape \(32, 16\), config.json implies",
+    ):
+        load(folder)
+
+
+def test_wrong_architecture_weights(tmp_path):
+    folder = copy("bert", tmp_path / "m")
+    shutil.copy(FIXTURES / "gpt2" / "model.safetensors", folder / "model.safetensors")
+    with pytest.raises(
+        ConfigError, match=r"'embeddings.word_embeddings.weight' is missing .*not a bert"
+    ):
+        load(folder)
+
+
+def test_no_weights(tmp_path):
+    folder = copy("bert", tmp_path / "m")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ConfigError, match=r"no model.safetensors, model.safetensors.index.json or"):
+        load(folder)
+
+
+def test_corrupt_weights(tmp_path):
+    folder = copy("bert", tmp_path / "m")
+    (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{broken")
+    with pytest.raises(ConfigError, match=r"model.safetensors: not a safetensors file"):
+        load(folder)
+
+
+def test_layers_ids_and_length():
+    ck = load(FIXTURES / "bert")
+    with pytest.raises(
+        ConfigError, match=r"checkpoint.layers: \[2\] is outside the checkpoint's layers"
+    ):
+        ck.layer_range(2)
+    with pytest.raises(ConfigError, match=r"checkpoint.layers: \[0, 2\] must be consecutive"):
+        ck.layer_range([0, 2])
+    with pytest.raises(
+        ConfigError, match=r"inputs: token ids must lie in 0..99 \(vocab_size of .*json"
+    ):
+        ck.check_ids(np.array([[0, 100]]))
+    with pytest.raises(ConfigError, match=r"inputs.length: 33 tokens exceed the checkpoint's 32"):
+        ck.check_length(33)
+    assert load(FIXTURES / "roberta").max_positions == 32  # 34 rows, from padding_idx + 1 = 2

@@ -1,0 +1,115 @@
+"""Sweeps over a checkpoint from a config: the [checkpoint] table, experiments/checkpoint_clamp.toml
+on the tiny BERT fixture, the checkpoint's file hashes in the fingerprint (never resumed on other
+weights), and the refusals."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+import simlab
+from simlab.checkpoints import files, load
+from simlab.core.lab import Lab
+from simlab.engine.config import fingerprint, load_config
+from simlab.engine.tomlio import read_toml
+from simlab.errors import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "checkpoints"
+EXPERIMENT = ROOT / "experiments" / "checkpoint_clamp.toml"
+
+
+def config(path=FIXTURES / "bert", **tables) -> dict:
+    raw = read_toml(EXPERIMENT)
+    raw["checkpoint"] = {**raw["checkpoint"], "path": str(path)}
+    raw["axes"][0]["num"] = 3
+    for k, v in tables.items():
+        raw[k] = {**raw.get(k, {}), **v}
+    return raw
+
+
+def test_the_experiment_runs_on_the_fixture(tmp_path):
+    res = simlab.run_sweep(config(), out=tmp_path / "run", quiet=True)
+    assert res["attn_entropy"].shape == (3, 2)
+    np.testing.assert_allclose(res["attn_entropy"], 1.0, rtol=1e-6)  # the uniform clamp
+    meta = res.meta
+    ck = meta["config"]["checkpoint"]
+    assert ck["architecture"] == "bert" and ck["layer"] == 1
+    assert ck["files"]["model.safetensors"] == files.sha256(FIXTURES / "bert" / "model.safetensors")
+    assert "seeds vary only the inputs" in res.summary() and "inputs only" in meta["seeds_vary"]
+    assert meta["config"]["block"]["activation"] == "gelu_exact"
+    # the resolved config reads back to the same fingerprint
+    assert fingerprint(load_config(meta["config"]).to_dict()) == meta["fingerprint"]
+
+
+def test_the_fingerprint_names_the_files_not_the_folder(tmp_path):
+    moved = shutil.copytree(FIXTURES / "bert", tmp_path / "moved")
+    a = fingerprint(load_config(config()).to_dict())
+    assert fingerprint(load_config(config(moved)).to_dict()) == a
+    t, _ = files.read_tensors(moved)
+    t["encoder.layer.1.output.dense.bias"] = t["encoder.layer.1.output.dense.bias"] + 1.0
+    from safetensors.numpy import save_file
+
+    save_file(t, str(moved / "model.safetensors"))
+    assert fingerprint(load_config(config(moved)).to_dict()) != a
+
+
+def test_never_resumed_on_other_weights(tmp_path):
+    ck = shutil.copytree(FIXTURES / "bert", tmp_path / "ck")
+    out = tmp_path / "run"
+    simlab.run_sweep(config(ck), out=out, quiet=True)
+    shutil.copy(FIXTURES / "roberta" / "model.safetensors", ck / "model.safetensors")
+    shutil.copy(FIXTURES / "roberta" / "config.json", ck / "config.json")
+    with pytest.raises(ConfigError):
+        simlab.run_sweep(config(ck), out=out, quiet=True)
+    recorded = json.loads((out / "meta.json").read_text())["config"]
+    with pytest.raises(ConfigError, match=r"checkpoint.files: config.json of .* is not the file"):
+        load_config(recorded)
+
+
+def test_a_lab_given_weights_is_fingerprinted_by_them():
+    bert, roberta = load(FIXTURES / "bert"), load(FIXTURES / "roberta")
+    raw = config()
+    raw.pop("checkpoint")
+    raw["block"] = {**bert.block_fields(), "pattern": "uniform"}
+    raw["axes"][0]["num"] = 2
+    cfg = load_config(raw)
+    fps = []
+    for ck in (bert, roberta):
+        res = simlab.run_sweep(cfg, lab=Lab(cfg.block, cfg.inputs, weights=ck.at(1)), quiet=True)
+        fps.append(res.meta["fingerprint"])
+        assert res.meta["config"]["lab"]["weights"]["files"] == dict(ck.hashes)
+    assert fps[0] != fps[1]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"block": {"d_model": 32}}, r"block.d_model: 32 differs from the checkpoint's 16"),
+        ({"block": {"qk_norm": "rmsnorm"}}, r"block.qk_norm: 'rmsnorm' cannot be set on trained"),
+        ({"checkpoint": {"layer": 2}}, r"checkpoint.layer: \[2\] is outside the checkpoint's"),
+        ({"checkpoint": {"layer": 1}, "block": {"depth": 2}}, r"checkpoint.layer: \[1, 2\] is"),
+        ({"checkpoint": {"path": "/nowhere/x"}}, r"checkpoint.path: '/nowhere/x' does not exist"),
+        ({"checkpoint": {"revision": "main"}}, r"checkpoint.revision: unknown field"),
+        ({"inputs": {"vocab": 30522}}, r"inputs.vocab: 30522 exceeds the checkpoint's vocab_size"),
+        ({"checkpoint": {"ids": "/nowhere/ids.npy"}}, r"checkpoint.ids: cannot read"),
+    ],
+)
+def test_refusals(change, message):
+    with pytest.raises(ConfigError, match=message):
+        simlab.run_sweep(config(**change), quiet=True)
+
+
+def test_fixed_ids_from_a_file(tmp_path):
+    ids = np.load(FIXTURES / "bert" / "oracle.npz")["ids"]
+    np.save(tmp_path / "ids.npy", ids)
+    raw = config(checkpoint={"ids": str(tmp_path / "ids.npy")}, inputs={"batch": 2, "length": 12})
+    raw["knobs"] = {"drift_norm": 0.0}
+    raw["axes"] = [{"name": "lambda", "knobs": ["q_scale", "k_scale"], "values": [1.0, 2.0]}]
+    res = simlab.run_sweep(raw, block={"pattern": "softmax", "depth": 1}, quiet=True)
+    out_cos = np.asarray(res["out_cos"])
+    np.testing.assert_array_equal(out_cos[:, 0], out_cos[:, 1])  # seeds: the same fixed ids
