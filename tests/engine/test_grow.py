@@ -342,6 +342,7 @@ def test_grown_sweep_carries_every_seeds_covariates(tmp_path):
             "mlp_shared",
             "mlp_drift_dot",
             "mlp_trace",
+            "vo_trace",
         }
     )
     for k in fresh.covariates:
