@@ -28,8 +28,9 @@ The criterion, declared before the full-size run (committed with the configs, be
                 "no effect"   -DELTA < lo and hi < DELTA (and the interval holds 0);
                 "unresolved"  otherwise.
   size        what sets the size: the correlation over seeds of the attention branch's gain
-              under uniform attention (N = 0.5) with the seed's covariate drift_vo =
-              |u_b W_V W_O|^2 (the weights' gain k, simlab.core.lab.Lab.covariates), and the
+              under uniform attention (N = 0.5) with the seed's drift factor g = 1 + 2 beta + k
+              (covariates drift_vo_dot = beta and drift_vo = k = |u_b W_V W_O|^2,
+              simlab.core.lab.Lab.covariates; k alone beside it), and the
               MLP's part: GELU minus linear and GELU minus mean-removed, both branches, paired.
 """
 
@@ -184,11 +185,15 @@ def main(root: Path) -> str:
             )
         lines.append("")
 
-    # what sets the size: the weights' gain k against the attention branch's gain (uniform)
+    # what sets the size: the seed's drift factor g = 1 + 2 beta + k against the attention
+    # branch's gain under uniform attention (and k alone, the weaker predictor)
     i05 = 1
     k = dec["uniform"].covariates["drift_vo"][:, 0]
+    beta = dec["uniform"].covariates["drift_vo_dot"][:, 0]
+    g_drift = 1.0 + 2.0 * beta + k
     g = at(dec["uniform"], "out_cos_gain", 1)[i05]
-    r = float(np.corrcoef(k, g)[0, 1])
+    r_k = float(np.corrcoef(k, g)[0, 1])
+    r_g = float(np.corrcoef(g_drift, g)[0, 1])
     gs = at(dec["softmax"], "out_cos_gain", 0)[i05]
     ga = at(dec["softmax"], "out_cos_gain", 1)[i05]
     gm = at(mlp["bert"], "out_cos_gain", 2)[i05]
@@ -196,13 +201,15 @@ def main(root: Path) -> str:
         f"**What sets the size** (N = {xs[cols[i05]]:g}, global gain):",
         "",
         f"- across the {n_seeds} seeds the attention branch's gain under uniform attention "
-        f"follows the weights' gain k = |u_b W_V W_O|^2 (covariate drift_vo, "
-        f"{np.mean(k):.3g} \u00b1 {np.std(k, ddof=1):.2g} over seeds): correlation "
-        f"r = {r:+.2f}; the seed-to-seed spread of the block's gain (std "
-        f"{np.std(gs, ddof=1):.4f}) is {np.std(gs, ddof=1) / max(abs(np.mean(gs)), 1e-12):.1f}x "
-        "its mean's size;",
+        f"follows the seed's drift factor g = |u_b (I + W_V W_O)|^2 = 1 + 2 beta + k (covariates "
+        f"drift_vo_dot and drift_vo; g = {np.mean(g_drift):.3g} \u00b1 "
+        f"{np.std(g_drift, ddof=1):.2g} over seeds): correlation r = {r_g:+.3f}; k = |u_b W_V "
+        f"W_O|^2 alone tracks it at r = {r_k:+.2f}; the seed-to-seed spread of the block's gain "
+        f"(std {np.std(gs, ddof=1):.4f}) is "
+        f"{np.std(gs, ddof=1) / max(abs(np.mean(gs)), 1e-12):.1f}x its mean's size;",
         f"- the block's gain {cell(gs)[0]}: attention alone {cell(ga)[0]}, MLP alone "
-        f"{cell(gm)[0]} (the branches do not add: the MLP acts on the attention's output);",
+        f"{cell(gm)[0]}; the interaction, both minus (attention alone + MLP alone), paired: "
+        f"{cell(gs - ga - gm)[0]} ({cell(gs - ga - gm)[1]});",
     ]
     for other, what in (
         ("linear", "GELU minus linear MLP"),
