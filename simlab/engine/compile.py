@@ -31,6 +31,7 @@ import numpy as np
 
 from simlab.engine import compile_cache
 from simlab.engine.config import SweepConfig
+from simlab.engine.schedule import release_host_memory
 from simlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,9 @@ class ChunkRunner:
             self.cfg.sweep.matmul_precision,
         )
         self.compile_s = time.perf_counter() - tc
+        # XLA's compile frees ~110 MiB of heap (W4's block, a cache miss) that glibc keeps
+        # resident under the first chunk's peak unless handed back now (docs/performance.md, W4)
+        release_host_memory()
         log.info("sweep: compiled in %.2f s (cache: %s)", self.compile_s, cache or "off")
 
     def __call__(self, s: int, a: int, b: int) -> dict[str, np.ndarray]:

@@ -189,9 +189,9 @@ def wait_for_results(out_dir: Path, poll_s: float = 0.5) -> results.Results:
 
 
 def release_host_memory() -> None:
-    """Hand the heap memory freed by a chunk back to the OS (glibc malloc_trim; a no-op
-    elsewhere). Each chunk call allocates and frees its buffers anew, and glibc otherwise keeps
-    the freed pages (docs/performance.md, W4)."""
+    """Hand the heap memory freed by a chunk, or by compiling the programs, back to the OS (glibc
+    malloc_trim; a no-op elsewhere). Each chunk call allocates and frees its buffers anew, and
+    glibc otherwise keeps the freed pages (docs/performance.md, W4)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

@@ -104,6 +104,25 @@ def worker_engine(config: dict, repeats: int) -> dict[str, Any]:
     return out
 
 
+def worker_warm(config: dict) -> dict[str, Any]:
+    """Fill the compilation cache with the programs a sweep of `config` compiles (the seed state
+    and the chunk program, whose shape follows the chunk layout, so the grid size) by computing
+    one work unit (a micro-batch of the first seed) in a scratch directory: a later run of
+    `config` on that cache then compiles nothing, whatever the cache held before."""
+    import tempfile
+
+    from simlab.engine.config import load_config
+    from simlab.engine.sweep import run_sweep
+
+    cfg = load_config(config)
+    mb = cfg.sweep.micro_batch
+    units = cfg.sweep.seeds * -(-cfg.n_points // mb) if mb else 1  # 1: the whole sweep
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="simlab-bench-warm-") as tmp:
+        run_sweep(config, out=Path(tmp) / "sweep", worker=(0, units), quiet=True)
+    return {"units": units, "wall_s": time.perf_counter() - t0}
+
+
 def worker_torch(config: dict, device: str = "cpu") -> dict[str, Any]:
     """Time the PyTorch eager per-point loop (simlab.studies.bench.torch_loop) on a peer
     workload's grid."""
@@ -179,7 +198,13 @@ def worker_loop(config: dict, loop_points: int | None) -> dict[str, Any]:
     return out
 
 
-WORKERS = {"peak": worker_peak, "engine": worker_engine, "loop": worker_loop, "torch": worker_torch}
+WORKERS = {
+    "peak": worker_peak,
+    "engine": worker_engine,
+    "warm": worker_warm,
+    "loop": worker_loop,
+    "torch": worker_torch,
+}
 
 
 def _worker_main(argv) -> int:
