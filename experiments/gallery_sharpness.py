@@ -27,7 +27,7 @@ from simlab.engine.results import seed_ci
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gallery_answer import DELTA, cell  # noqa: E402  (the declared rule, one copy)
 
-REGIMES = (("small drift", 0.01), ("N ~ |x|", 0.55), ("large drift", 10.0))
+REGIMES = (("small drift", 0.01), ("N ~ ‖x‖", 0.55), ("large drift", 10.0))
 CLAMPS = (("shared", "shared"), ("token", "token (self)"), ("other", "token (other)"))
 WORDS = {
     "raises": "raises",

@@ -53,3 +53,47 @@ def test_decomposition_is_paired_by_seed():
     for v in ("uniform", "shared8", "token12"):  # attention alone: the input is shared
         other = simlab.load(DATA / "decomposition" / v)
         np.testing.assert_array_equal(other["input_cos"], soft["input_cos"])
+
+
+def test_gallery_states_the_sharpness_answer_first():
+    """The answer across the whole sharpness range is experiments/gallery_sharpness.py's output
+    on the committed data, and the page leads with it."""
+    got = experiment_script("gallery_sharpness").main(DATA)
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(text, "sharpness") == got
+    assert text.index("<!-- sharpness:begin") < text.index("<!-- answer:begin")
+
+
+def test_sharpness_range_moves_the_entropy_across_its_range():
+    """lambda runs from 1 to 1000 over >= 8 log-spaced values, at >= 8 drifts including
+    N ~ |x| = 0.55, and the attention entropy it moves goes from ~1 to below 0.1 at the small
+    drift and at N ~ |x| (the range the issue asks the answer to cover)."""
+    res = simlab.load(DATA / "decomposition_sharpness")
+    lam, n = res.axes["lambda"], res.axes["drift_norm"]
+    assert lam[0] == 1.0 and lam[-1] >= 1000.0 - 1e-9 and len(lam) >= 8
+    assert len(n) >= 8 and np.any(np.isclose(n, 0.55)) and res.n_seeds == 20
+    h = res.mean("attn_entropy")[..., 0]  # both branches
+    for drift in (0.01, 0.55):
+        i = int(np.argmin(abs(n - drift)))
+        assert h[i, 0] > 0.99 and h[i, -1] < 0.1
+
+
+def test_sharpness_sweeps_are_paired_with_the_decomposition():
+    """decomposition_sharpness at lambda 1 and the clamps at beta 0 (the uniform pattern) are
+    decomposition.toml's softmax and uniform sweeps at the drifts they share, seed for seed
+    (one stream, 4001)."""
+    dec = {v: simlab.load(DATA / "decomposition" / v) for v in ("softmax", "uniform")}
+    sharp = simlab.load(DATA / "decomposition_sharpness")
+    clamp = simlab.load(DATA / "decomposition_clamps" / "token")
+    for d in dec["softmax"].axes["drift_norm"]:
+        i = np.flatnonzero(np.isclose(sharp.axes["drift_norm"], d))
+        if not len(i):
+            continue
+        j = int(np.flatnonzero(np.isclose(dec["softmax"].axes["drift_norm"], d))[0])
+        for b in (0, 1):
+            np.testing.assert_allclose(
+                sharp["out_cos_gain"][i[0], 0, b], dec["softmax"]["out_cos_gain"][j, b], atol=1e-6
+            )
+            np.testing.assert_allclose(
+                clamp["out_cos_gain"][i[0], 0, b], dec["uniform"]["out_cos_gain"][j, b], atol=1e-6
+            )
