@@ -216,6 +216,8 @@ def plot_results(
     warn=None,
     band="ci",
     level=0.95,
+    x_log=None,
+    y_log=None,
 ):
     """Plot one metric of a finished sweep.
 
@@ -233,6 +235,7 @@ def plot_results(
     scale (its registered bounds; rounding noise would fill the colour bar): `vmin`/`vmax` fix
     the colour range. A select value outside an axis's range is an error; contour levels
     outside the contour metric's range are reported through `warn` (default warnings.warn).
+    x_log / y_log: a logarithmic axis (None: the axis's recorded space, or its spacing).
     Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
     A refined sweep is drawn by simlab.plot.refined.plot_refined (its cells at their own size,
     its boundary and band; no `select`).
@@ -279,7 +282,7 @@ def plot_results(
             {label: (mean, lohi)},
             x_label=_axis_label(results, x),
             y_label=metric,
-            x_log=axis_is_log(results, x),
+            x_log=axis_is_log(results, x) if x_log is None else x_log,
             title=title,
             theory=theory,
         )
@@ -299,8 +302,8 @@ def plot_results(
             x_label=_axis_label(results, x),
             y_label=_axis_label(results, y),
             z_label=z_label + " (seed mean)",
-            x_log=axis_is_log(results, x),
-            y_log=axis_is_log(results, y),
+            x_log=axis_is_log(results, x) if x_log is None else x_log,
+            y_log=axis_is_log(results, y) if y_log is None else y_log,
             contour=cz,
             contour_levels=contour_levels,
             contour_label=contour,

@@ -139,6 +139,8 @@ def heatmap(r: Run, name: str, fig: dict) -> list[Path]:
                 y=y,
                 metric=m,
                 select=fig.get("select"),
+                x_log=fig.get("x_log"),
+                y_log=fig.get("y_log"),
                 contour=c,
                 contour_levels=fig.get("contour_levels") if c else None,
                 title=title,
