@@ -199,10 +199,14 @@ def figure(root: Path, out: Path) -> Path:
     f.subplots_adjust(left=0.12, right=0.68, bottom=0.12)
     for j, (label, (x, y)) in enumerate(series.items()):
         ls = "-" if "both" in label else ":"
-        ax.plot(x, y, ls, marker="os^D"[j % 4], color=f"C{j % 4}", label=label, ms=5)
+        big = "self" in label  # drawn larger, underneath "other", which it coincides with
+        ax.plot(x, y, ls, marker="os^D"[j % 4], color=f"C{j % 4}", label=label, ms=9 if big else 5)
     ax.set_xlabel("attention entropy H / ln T (seed mean)")
     ax.set_ylabel("out_cos_gain (seed mean)")
-    ax.set_title(f"the block's added global anisotropy at N = {n:g}: softmax and clamps")
+    ax.set_title(
+        f"the block's added global anisotropy at N = {n:g}: softmax and clamps\n"
+        "(token (self) and token (other) coincide: the larger triangles under the diamonds)"
+    )
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return plot.save_figure(f, out)
 
