@@ -197,6 +197,7 @@ def check_patterns(tmp_path):
         "mlp_shared",
         "mlp_drift_dot",
         "mlp_trace",
+        "vo_trace",
     }
     np.testing.assert_array_equal(shared.covariates["drift_vo"], token.covariates["drift_vo"])
 
