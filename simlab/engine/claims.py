@@ -160,9 +160,12 @@ class Coordinator:
             fcntl.flock(f, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        """Stop the heartbeat and drop this writer's remaining claims."""
+        """Stop the heartbeat and drop this writer's remaining claims: those it recorded, and
+        any claim file of this process it had not recorded yet (an interrupt between writing a
+        claim and recording it)."""
         self._stop.set()
-        for p in list(self.mine):
+        own = [p for p, c in self.claims().items() if c[3] == HOST and c[4] == os.getpid()]
+        for p in {*self.mine, *own}:
             self.release(p)
 
     def _heartbeat(self) -> None:

@@ -93,6 +93,28 @@ SLOW_SWEEP = (
 )
 
 
+def test_an_interrupt_between_writing_and_recording_a_claim_leaves_no_trace(tmp_path):
+    """A claim file this process wrote but had not recorded yet (an interrupt in between) is
+    its own: leaving removes it, the claims folder and the lock, as for a recorded one; a live
+    claim of another writer still keeps them."""
+    from simlab.engine import claims
+
+    coord = claims.Coordinator(tmp_path)
+    with coord.lock():
+        pass
+    coord.claims_dir.mkdir()
+    (coord.claims_dir / f"seed0_mb0-1.{claims.HOST}.{os.getpid()}.claim").write_text("0\n")
+    coord.leave()
+    assert not (tmp_path / ".lock").exists() and not coord.claims_dir.exists()
+    with coord.lock():
+        pass
+    coord.claims_dir.mkdir()
+    other = coord.claims_dir / f"seed0_mb0-1.{claims.HOST}.{os.getppid()}.claim"
+    other.write_text("0\n")
+    coord.leave()
+    assert other.exists() and (tmp_path / ".lock").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["sweep", "reproduce"])
 def test_ctrl_c_on_the_command_line(tmp_path, command):
