@@ -97,3 +97,11 @@ def test_sharpness_sweeps_are_paired_with_the_decomposition():
             np.testing.assert_allclose(
                 clamp["out_cos_gain"][i[0], 0, b], dec["uniform"]["out_cos_gain"][j, b], atol=1e-6
             )
+
+
+def test_gallery_states_the_referees_answers():
+    """The referee's questions section is experiments/gallery_referee.py's output on the
+    committed data (depth at BERT init with a drift, other wirings, a larger branch)."""
+    got = experiment_script("gallery_referee").main(DATA)
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(text, "referee") == got
