@@ -105,3 +105,11 @@ def test_gallery_states_the_referees_answers():
     got = experiment_script("gallery_referee").main(DATA)
     text = (ROOT / "docs" / "gallery.md").read_text()
     assert doc_block(text, "referee") == got
+
+
+def test_gallery_states_the_refined_maps_cost():
+    """Experiment 1 refined: the points and wall time the page states are
+    experiments/gallery_refined.py's output on the committed data."""
+    got = experiment_script("gallery_refined").main(DATA)
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(text, "refined") == got
