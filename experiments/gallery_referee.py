@@ -19,18 +19,16 @@ import simlab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gallery_answer import cell  # noqa: E402  (the declared rule, one copy)
+from gallery_sharpness import REGIMES as ANSWER_REGIMES  # noqa: E402  (the answer's regimes)
+from gallery_sharpness import _near  # noqa: E402
 
-REGIMES = ((0.01, "small drift"), (0.55, "N ~ ‖x‖"), (10.0, "large drift"))
-
-
-def _i(values, x) -> int:
-    return int(np.argmin(np.abs(np.asarray(values) - x)))
+REGIMES = tuple((n, name) for name, n in ANSWER_REGIMES)
 
 
 def _sharpening(res, metric, n, *index):
     """Per seed: metric at the last lambda minus at the first, at drift n (and further axis
     indices before the seed axis)."""
-    x = res[metric][_i(res.axes["drift_norm"], n)]
+    x = res[metric][_near(res.axes["drift_norm"], n)]
     return x[(-1, *index)] - x[(0, *index)]
 
 
@@ -63,7 +61,7 @@ def main(root: Path) -> str:
         "|---|---|---|---|---|",
     ]
     for n, name in REGIMES:
-        i = _i(depth.axes["drift_norm"], n)
+        i = _near(depth.axes["drift_norm"], n)
         base = depth["out_cos"][i, 0, :, -1]
         d_cos = depth["out_cos"][i, -1, :, -1] - base
         d_cen = np.sum(
@@ -99,13 +97,13 @@ def main(root: Path) -> str:
     ]  # fmt: skip
     for k, g in enumerate(gains):
         ratios = [
-            f"{g * float(np.mean(size['attn_residual_ratio'][_i(size.axes['drift_norm'], n), 0, k])):.3f}"  # noqa: E501
+            f"{g * float(np.mean(size['attn_residual_ratio'][_near(size.axes['drift_norm'], n), 0, k])):.3f}"  # noqa: E501
             for n, _ in REGIMES
         ]
         effects = [
             _say(
-                size["out_cos_gain"][_i(size.axes["drift_norm"], n), -1, k]
-                - size["out_cos_gain"][_i(size.axes["drift_norm"], n), 0, k]
+                size["out_cos_gain"][_near(size.axes["drift_norm"], n), -1, k]
+                - size["out_cos_gain"][_near(size.axes["drift_norm"], n), 0, k]
             )
             for n, _ in REGIMES
         ]
