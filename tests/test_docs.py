@@ -144,3 +144,24 @@ def test_every_command_and_flag_the_docs_cite_exists():
                     if flag not in known:
                         bad.append(f"{doc.relative_to(ROOT)}: simlab {cmd} {flag}")
     assert seen > 20 and not bad, bad
+
+
+def test_setup_and_ci_install_the_pinned_versions_the_records_were_made_with():
+    """README's two set-up commands and CI install from constraints.txt, which pins every
+    version that a committed run's meta.json records (jax, jaxlib, numpy)."""
+    import json
+
+    pins = dict(
+        l.split("==") for l in (ROOT / "constraints.txt").read_text().splitlines() if "==" in l
+    )
+    setup = (ROOT / "README.md").read_text().split("## Set up", 1)[1].split("\n## ", 1)[0]
+    commands = [b.split("```", 1)[0] for b in setup.split("```bash")[1:]]
+    assert len(commands) == 2 and all("-c constraints.txt" in c for c in commands)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert all("-c constraints.txt" in l for l in ci.splitlines() if "pip install" in l)
+    metas = list((ROOT / "figures").glob("**/meta.json"))
+    assert metas
+    for meta in metas:
+        versions = json.loads(meta.read_text()).get("versions", {})
+        for name in ("jax", "jaxlib", "numpy"):
+            assert versions.get(name) == pins[name], f"{meta.relative_to(ROOT)}: {name}"
