@@ -11,7 +11,8 @@ import json
 import jax
 import jax.numpy as jnp
 
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.engine.config import load_config
 from simlab.studies.bench.workloads import PEERS, peer_config
 

@@ -36,7 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from simlab.core import block, metrics
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.theory import gains
 

@@ -23,7 +23,7 @@ _EXPORTS = {
     "Lab": "simlab.core.lab",
     "BlockSpec": "simlab.core.spec",
     "InputSpec": "simlab.core.spec",
-    "knob_arrays": "simlab.core.lab",
+    "knob_arrays": "simlab.core.knobs",
     "LabProtocol": "simlab.core.lab",
     # registering your own entries (docs/extending.md): one registry per concept
     "BlockKind": "simlab.core.block",

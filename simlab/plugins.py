@@ -28,6 +28,11 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from simlab.core.block import BLOCKS
+from simlab.core.inputs import INPUTS
+from simlab.core.knobs import KNOBS
+from simlab.core.metrics import METRICS
+from simlab.core.patterns import PATTERNS
 from simlab.errors import ConfigError
 from simlab.registry import BUILTIN, loading
 
@@ -129,12 +134,6 @@ def used(entries: Mapping[str, Iterable[str]]) -> list[dict[str, Any]]:
     """The plugins behind the entries a sweep uses: entries = registry name ("block", "inputs",
     "metrics", "knobs", "pattern") -> entry names. One record per entry that is not built in:
     {"registry", "entry", "module", "version", "sha256"}, sorted; [] when all are built in."""
-    from simlab.core.block import BLOCKS
-    from simlab.core.inputs import INPUTS, TRAINED
-    from simlab.core.knobs import KNOBS
-    from simlab.core.metrics import METRICS
-    from simlab.core.patterns import PATTERNS
-
     registries = {
         "block": BLOCKS,
         "inputs": INPUTS,
@@ -146,8 +145,6 @@ def used(entries: Mapping[str, Iterable[str]]) -> list[dict[str, Any]]:
     for reg, names in entries.items():
         registry = registries[reg]
         for name in sorted(set(names)):
-            if reg == "inputs" and name in TRAINED:  # simlab's own inputs of trained layers
-                continue
             src = registry.source(name)
             if src != BUILTIN:
                 out.append({"registry": reg, "entry": name, **describe(src, registry[name])})

@@ -7,7 +7,8 @@ plugin's) gets the project's guarantees with one test:
         testing.check_block_kind("sandwich")
 
 Each check builds small labs (d_model 16, 4 heads, depth 2, fan_in init, 2 x 12 tokens) that use
-the entry, and asserts:
+the entry (an input kind of trained layers, `InputKind.trained`, on layers 1..2 of
+`random_checkpoint`, a BERT-layout checkpoint of random weights held in memory), and asserts:
   paths      the default Lab (hoisted projections, factored logits where the block allows,
              tiles small enough that every tile loop runs) equals the plain oracle
              Lab(hoist=False, factor=False, tiled=False) within PATH_TOL (float32 rounding: the
@@ -25,20 +26,27 @@ compiled call, which compiles about twice as fast as one call per lab.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import pathlib
 from collections.abc import Iterable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import simlab.checkpoints  # noqa: F401  (registers the trained input kinds)
+from simlab.checkpoints.checkpoint import Checkpoint, Weights
+from simlab.core import inputs, patterns
 from simlab.core.block import BLOCKS
+from simlab.core.init import init_params
 from simlab.core.inputs import INPUTS
-from simlab.core.knobs import KNOBS, inert_knobs
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import KNOBS, inert_knobs, knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.metrics import METRICS
 from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec
+from simlab.engine.sweep import run_sweep
 
 PATH_TOL = 2e-5  # absolute and relative: ~20x the float32 reassociation measured on these sizes
 X64_TOL = 1e-4  # float64 vs float32 on the same sample
@@ -79,25 +87,29 @@ EXTREMES: dict[str, tuple[float, ...]] = dict(
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One small lab: a block spec and an input spec (and the metrics to compute)."""
+    """One small lab: a block spec and an input spec (and the metrics to compute); weights: the
+    trained layers it runs (for a trained input kind), else None (drawn weights)."""
 
     block: BlockSpec
     inputs: InputSpec
     metrics: tuple[str, ...] | None = None
+    weights: Weights | None = None
 
     @property
     def name(self) -> str:
         b = self.block
-        return f"{b.kind}-{self.inputs.kind}-causal{b.causal}-{b.qk_norm}" + (
-            "-nomlp" if not b.mlp else ""
+        return (
+            f"{b.kind}-{self.inputs.kind}-causal{b.causal}-{b.qk_norm}"
+            + ("-nomlp" if not b.mlp else "")
+            + ("-trained" if self.weights is not None else "")
         )
 
     def lab(self, **kw) -> Lab:
-        return Lab(self.block, self.inputs, self.metrics, **kw)
+        return Lab(self.block, self.inputs, self.metrics, weights=self.weights, **kw)
 
     def knob_points(self, points: Sequence[Mapping[str, float]]) -> list[dict[str, float]]:
         """The points without the knobs this case ignores (an inert knob stays at its default)."""
-        inert = inert_knobs(self.block, self.inputs)
+        inert = inert_knobs(self.block, self.inputs, INPUTS[self.inputs.kind].knobs)
         return [{k: v for k, v in p.items() if k not in inert} for p in points]
 
 
@@ -109,6 +121,63 @@ def small_block(kind: str, **kw) -> BlockSpec:
 def small_inputs(kind: str, **kw) -> InputSpec:
     base = dict(kind=kind, batch=2, length=12, vocab=40, embed_std=1.0)
     return InputSpec(**{**base, **kw})
+
+
+@functools.lru_cache(maxsize=8)
+def random_checkpoint(
+    d_model: int = 16, n_heads: int = 4, n_layers: int = 3, vocab: int = 40, positions: int = 512
+) -> Checkpoint:
+    """A BERT-layout checkpoint of random weights held in memory (no files; the architecture
+    "bert" of simlab.checkpoints.architectures): the layers as simlab.core.init draws a post-LN
+    stack at fan_in scale (N(0, 1 / fan_in)), the word and position tables N(0, 1) and
+    N(0, 0.1^2), token type 0, the embedding LayerNorm at gain 1 and bias 0. The trained input
+    kinds' conformance cases run on its layers 1..2 (layer 0 below them makes their inputs)."""
+    fields = dict(
+        kind="post_ln",
+        d_model=d_model,
+        n_heads=n_heads,
+        mlp_ratio=2,
+        activation="gelu_exact",
+        causal=False,
+        ln_eps=1e-12,
+    )
+    kp, kw, kpos = jax.random.split(jax.random.PRNGKey(SEED), 3)
+    spec = BlockSpec(**fields, depth=n_layers, init="fan_in")
+    params = {k: np.asarray(v) for k, v in init_params(spec, kp, jnp.float32).items()}
+    zeros = np.zeros(d_model, np.float32)
+    tables = dict(
+        word=np.asarray(jax.random.normal(kw, (vocab, d_model), jnp.float32)),
+        position=0.1 * np.asarray(jax.random.normal(kpos, (positions, d_model), jnp.float32)),
+        type=zeros,
+        ln_g=zeros + 1,
+        ln_b=zeros,
+    )
+    return Checkpoint(
+        folder=pathlib.Path("<simlab.testing.random_checkpoint>"),
+        architecture="bert",
+        fields=fields,
+        params=params,
+        tables=tables,
+        hashes={"random_checkpoint": f"seed {SEED}, d_model {d_model}, vocab {vocab}"},
+        n_layers=n_layers,
+        vocab=vocab,
+        max_positions=positions,
+    )
+
+
+def weights_for(kind: str, d_model: int = 16, vocab: int = 40) -> Weights | None:
+    """None for an input kind any Lab draws; for a trained kind (`InputKind.trained`) layers 1
+    and 2 of random_checkpoint(d_model, vocab=vocab)."""
+    if not INPUTS[kind].trained:
+        return None
+    return random_checkpoint(d_model, vocab=vocab).at([1, 2])
+
+
+def trained_case(kind: str, metrics: tuple[str, ...] | None = None) -> Case:
+    """The case of a trained input kind: the checkpoint's own block (post-LN, not causal, no
+    QK-norm: on trained layers only pattern and depth may be set) on weights_for(kind)."""
+    w = weights_for(kind)
+    return Case(w.checkpoint.block(2), small_inputs(kind), metrics, weights=w)
 
 
 def block_cases(kinds: Iterable[str] | None = None) -> list[Case]:
@@ -128,6 +197,9 @@ def input_cases(kinds: Iterable[str] | None = None) -> list[Case]:
     pre-LN block (a norm before the projections: the plain path)."""
     out = []
     for kind in INPUTS if kinds is None else kinds:
+        if INPUTS[kind].trained:  # one case: the trained layers' own block
+            out.append(trained_case(kind))
+            continue
         out.append(Case(small_block("post_ln"), small_inputs(kind)))
         out.append(Case(small_block("pre_ln", causal=True), small_inputs(kind)))
     return out
@@ -142,6 +214,9 @@ def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
     out = []
     for i in range(n):
         variant = {} if i % 2 == 0 else dict(causal=True, qk_norm="layernorm")
+        if INPUTS[inputs[i % len(inputs)]].trained:
+            out.append(trained_case(inputs[i % len(inputs)], metrics and tuple(metrics)))
+            continue
         out.append(
             Case(
                 small_block(kinds[i % len(kinds)], **variant),
@@ -173,7 +248,7 @@ def metric_cases(names: Sequence[str]) -> list[Case]:
     without token_wise_mlp, which the Lab refuses for it (a plugin's kind may have none)."""
     reads_mlp = any("mlp" in METRICS[n].reads for n in names)
     kinds = [k for k, b in BLOCKS.items() if not (reads_mlp and b.token_wise_mlp is None)]
-    inputs = itertools.cycle(INPUTS)
+    inputs = itertools.cycle([k for k in INPUTS if not INPUTS[k].trained])
     return [Case(small_block(kind), small_inputs(next(inputs)), tuple(names)) for kind in kinds]
 
 
@@ -262,7 +337,7 @@ def assert_really_float64(case: Case) -> None:
 def extreme_points(case: Case) -> list[dict[str, float]]:
     """Every corner of EXTREMES (lam drives q_scale and k_scale) the case's knobs allow, plus
     a mid-range point."""
-    inert = inert_knobs(case.block, case.inputs)
+    inert = inert_knobs(case.block, case.inputs, INPUTS[case.inputs.kind].knobs)
     names = [n for n in EXTREMES if n == "lam" or n not in inert]
     out = []
     for values in itertools.product(*(EXTREMES[n] for n in names)):
@@ -310,17 +385,17 @@ def assert_sweeps_identical(case: Case, devices: Sequence[int] | None = None) ->
     """run_sweep bit-identical for chunks of 1, 2 and 8 micro-batches and on each device count
     in `devices` (default 1 and 2, or 1 alone in a process with one device; force CPU devices
     with jax's `jax_num_cpu_devices` or XLA_FLAGS=--xla_force_host_platform_device_count)."""
-    from simlab.engine.sweep import run_sweep
 
     if devices is None:
         devices = (1, 2) if jax.local_device_count() >= 2 else (1,)
     cfg = sweep_config(case)
-    ref = run_sweep(cfg, out=None, quiet=True, chunk_size=4, devices=1).metrics
+    lab = None if case.weights is None else case.lab()  # trained layers: given to the sweep
+    ref = run_sweep(cfg, lab=lab, out=None, quiet=True, chunk_size=4, devices=1).metrics
     # chunks of 1, 2 and 8 micro-batches of 2 points on one device; 2 per device on several
     # (each device's program then has the shape of the one-device run's: compiled once each)
     runs = [(2, 1), (16, 1)] + [(4 * d, d) for d in devices if d > 1]
     for chunk, dev in runs:
-        got = run_sweep(cfg, out=None, quiet=True, chunk_size=chunk, devices=dev).metrics
+        got = run_sweep(cfg, lab=lab, out=None, quiet=True, chunk_size=chunk, devices=dev).metrics
         for m in ref:
             np.testing.assert_array_equal(
                 got[m], ref[m], err_msg=f"{case.name}: {m}, chunk {chunk}, {dev} devices"
@@ -376,10 +451,9 @@ def check_metric(name: str, identity: bool = True) -> None:
 def assert_drift_is_common_shift(kind: str) -> None:
     """The input kind's draw plus the drift: x(N) - x(0) = N u_b (unit u_b) for every token,
     the other knobs fixed (float32 rounding of the sum)."""
-    from simlab.core import inputs
 
     spec = small_inputs(kind)
-    comps = inputs.components(spec, 16, jax.random.PRNGKey(SEED))
+    comps = inputs.components(spec, 16, jax.random.PRNGKey(SEED), weights=weights_for(kind))
     knobs = {n: jnp.asarray(k.default, jnp.float32) for n, k in KNOBS.items()}
     x0 = inputs.assemble(spec, 16, comps, inputs.coefficients(kind, knobs))
     n = 3.0
@@ -400,7 +474,6 @@ def assert_clamp_closed_forms(name: str, t: int = 7) -> None:
     the other attended keys (0 where masked), and each row sums to 1; the closed-form entropy
     and maximum equal -sum_j w log w and max_j w of those weights; the O(T D) A V W_O
     (simlab.core.patterns.attend) equals (w V) W_O."""
-    from simlab.core import patterns
 
     entry = PATTERNS[name]
     r = np.random.default_rng(SEED)

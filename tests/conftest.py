@@ -86,6 +86,9 @@ from simlab.engine import compile_cache  # noqa: E402
 
 compile_cache.enable()  # every jit of the tests, not only the sweeps' (which enable it too)
 
+# the trained input kinds registered in every worker, so that parametrizations over INPUTS agree
+import simlab.checkpoints  # noqa: E402, F401
+
 
 def pytest_sessionfinish(session, exitstatus):
     """A per-run cache (SIMLAB_TEST_CACHE=off) goes when the run ends (in the controller, or a

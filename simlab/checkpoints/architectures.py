@@ -92,7 +92,8 @@ class Tensors:
 
     def __call__(self, name: str, shape: tuple[int, ...], optional: bool = False):
         """The tensor `name` (a LayerNorm's weight/bias also as gamma/beta) as float numpy, or
-        a ConfigError naming it and the file; optional: None when absent."""
+        a ConfigError naming it and the file (missing, of another shape, not floating point,
+        or holding NaN or Inf); optional: None when absent."""
         full = self.prefix + name
         for cand in (
             full,
@@ -111,7 +112,14 @@ class Tensors:
                         f"{self.folder / self.origin[cand]}: tensor {cand!r} is {a.dtype}, not "
                         "floating point"
                     )
-                return a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)
+                a = a if a.dtype in (np.float32, np.float64) else a.astype(np.float32)
+                bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+                if bad:
+                    raise ConfigError(
+                        f"{self.folder / self.origin[cand]}: tensor {cand!r} holds {bad} NaN or "
+                        "Inf values; simlab never computes on non-finite weights"
+                    )
+                return a
         if optional:
             return None
         files = sorted(set(self.origin.values())) or ["(no weight file)"]

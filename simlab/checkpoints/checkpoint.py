@@ -11,6 +11,7 @@ for a Lab; `embed(ids)` makes the architecture's input embeddings of token ids;
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import pathlib
 import re
 from collections.abc import Mapping
@@ -21,6 +22,10 @@ import numpy as np
 
 from simlab.checkpoints import files
 from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
+from simlab.core import block as blocks
+from simlab.core.inputs import INPUTS
+from simlab.core.knobs import knob_arrays
+from simlab.core.spec import BlockSpec
 from simlab.errors import ConfigError
 
 # architecture settings of the embeddings, not of the block
@@ -47,11 +52,9 @@ class Checkpoint:
         """The BlockSpec fields of one layer (kind, d_model, n_heads, activation, ...)."""
         return {k: v for k, v in self.fields.items() if k not in EMBEDDING_FIELDS}
 
-    def block(self, depth: int = 1, **overrides):
+    def block(self, depth: int = 1, **overrides) -> BlockSpec:
         """A BlockSpec of `depth` of this checkpoint's layers; `overrides`: the fields a study
         may change (e.g. pattern)."""
-        from simlab.core.spec import BlockSpec
-
         return BlockSpec(**{**self.block_fields(), "depth": depth, **overrides}).validate()
 
     def layer_range(self, layers, where: str = "checkpoint.layers") -> range:
@@ -108,9 +111,6 @@ class Checkpoint:
         """[input of the first layer of `layers`, then each layer's output] for token ids (the
         embeddings, then layers 0.. by default), through simlab's blocks (plain attention,
         default knobs)."""
-        from simlab.core import block
-        from simlab.core.lab import knob_arrays
-
         r = self.layer_range(range(self.n_layers) if layers is None else layers)
         ids = self.check_ids(ids_BT)
         x = run(self, self.embed(ids, dtype), range(0, r.start))
@@ -120,7 +120,7 @@ class Checkpoint:
         zeros = jnp.zeros((spec.n_heads, spec.d_head), x.dtype)
         for i in r:
             p = jax.tree.map(lambda a: a[0], self.stacked([i], x.dtype))
-            x = block.layer_apply(spec, p, x, knobs, zeros, zeros).y
+            x = blocks.layer_apply(spec, p, x, knobs, zeros, zeros).y
             out.append(x)
         return out
 
@@ -128,15 +128,31 @@ class Checkpoint:
         """What names these weights in a fingerprint: the architecture and the file hashes."""
         return {"architecture": self.architecture, "files": dict(self.hashes)}
 
-    def at(self, layers, ids=None) -> Weights:
+    def at(self, layers, ids=None, where: str = "checkpoint.layers") -> Weights:
         """Consecutive layers of this checkpoint for a Lab (`Lab(..., weights=ck.at(3))`);
         ids: a fixed sample of token ids (B, T) for every seed (None: drawn per seed)."""
-        r = self.layer_range(layers)
+        r = self.layer_range(layers, where)
         return Weights(self, r, None if ids is None else self.check_ids(ids, "checkpoint.ids"))
 
 
 # BlockSpec fields a study may set on trained layers; every other field is the checkpoint's
 STUDY_FIELDS = ("pattern", "depth")
+
+
+def check_trained(own: Mapping, given: Mapping, where: str, origin) -> None:
+    """The trained-weights rule, the one place it is coded: on a checkpoint's layers a block
+    field other than STUDY_FIELDS must equal the checkpoint's own (`own`: the fields its
+    config.json states, every other BlockSpec field at its default: the trained layers have no
+    QK-norm, centring or tied weights). `given`: field -> value (a [block] table, or a spec's
+    fields); a difference is refused naming the field and `origin` (the config file)."""
+    full = dataclasses.asdict(BlockSpec(**own))
+    for k, v in given.items():
+        if k in STUDY_FIELDS or k not in full or v == full[k]:
+            continue
+        raise ConfigError(
+            f"{where}.{k}: {v!r} differs from the checkpoint's {full[k]!r} ({origin}); on "
+            f"trained weights [block] sets only {', '.join(STUDY_FIELDS)}"
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -150,31 +166,20 @@ class Weights:
     checkpoint: Checkpoint
     layers: range
     ids: np.ndarray | None = None
+    source: object = None  # the resolved [checkpoint] table these came from (None: given)
 
     def check(self, block, inputs) -> None:
         """Refuse a block or input spec these weights cannot run, naming the field."""
         ck = self.checkpoint
         cfg = ck.folder / files.CONFIG
-        for k, v in ck.block_fields().items():
-            if getattr(block, k, None) != v:
-                raise ConfigError(
-                    f"block.{k}: {getattr(block, k, None)!r} differs from the checkpoint's "
-                    f"{v!r} ({cfg}); on trained weights only {', '.join(STUDY_FIELDS)} are set"
-                )
+        check_trained(ck.block_fields(), dataclasses.asdict(block), "block", cfg)
         if block.depth != len(self.layers):
             raise ConfigError(
                 f"block.depth: {block.depth} differs from the {len(self.layers)} checkpoint "
                 f"layers {self.layers.start}..{self.layers.stop - 1}"
             )
-        for k in ("mlp", "mlp_center", "qk_norm", "qk_weights"):
-            default = {"mlp": True, "mlp_center": False, "qk_norm": "none", "qk_weights": "random"}
-            if getattr(block, k) != default[k]:
-                raise ConfigError(
-                    f"block.{k}: {getattr(block, k)!r} cannot be set on trained weights "
-                    f"(the checkpoint's layers have {default[k]!r})"
-                )
         ck.check_length(inputs.length)
-        if inputs.kind == "tokens":
+        if INPUTS[inputs.kind].trained:
             if self.ids is not None:
                 if self.ids.shape != (inputs.batch, inputs.length):
                     raise ConfigError(
@@ -199,8 +204,6 @@ class Weights:
 
     def identity(self) -> dict:
         """The checkpoint's identity (file hashes), the layers and the fixed ids (a hash)."""
-        import hashlib
-
         out = {**self.checkpoint.identity(), "layers": [self.layers.start, self.layers.stop - 1]}
         if self.ids is not None:
             raw = np.ascontiguousarray(self.ids, np.int64).tobytes()
@@ -210,15 +213,12 @@ class Weights:
 
 def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
     """x through `layers` of the checkpoint with default knobs (plain attention)."""
-    from simlab.core import block
-    from simlab.core.lab import knob_arrays
-
     if not len(layers):
         return x_BTD
     r = ckpt.layer_range(layers)
     spec = ckpt.block(len(r))
     z = jnp.zeros((len(r), spec.n_heads, spec.d_head), x_BTD.dtype)
-    y, _ = block.stack_apply(
+    y, _ = blocks.stack_apply(
         spec,
         ckpt.stacked(r, x_BTD.dtype),
         x_BTD,
@@ -230,14 +230,6 @@ def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
     return y
 
 
-def block_fields_of(path, where: str = "checkpoint.path") -> dict:
-    """The BlockSpec fields of a checkpoint's layers from its config.json alone (no tensors)."""
-    folder = files.locate(path, where)
-    c = Config(files.read_config(folder), str(folder / files.CONFIG))
-    arch = _architecture(c)
-    return {k: v for k, v in arch.spec(c).items() if k not in EMBEDDING_FIELDS}
-
-
 def _architecture(c: Config):
     name = c.cfg.get("model_type")
     if name not in ARCHITECTURES:
@@ -247,16 +239,17 @@ def _architecture(c: Config):
 
 def load(path, where: str = "checkpoint.path") -> Checkpoint:
     """Read a checkpoint folder (simlab.checkpoints.files.locate) into the lab's layout.
-    Refused in one line naming the field and the file: an architecture not in ARCHITECTURES,
-    a config value simlab does not compute, a missing tensor, a shape mismatch."""
+    Each file is read once (simlab.checkpoints.files.read). Refused in one line naming the
+    field and the file: an architecture not in ARCHITECTURES, a config value simlab does not
+    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor."""
     folder = files.locate(path, where)
     cfg_file = folder / files.CONFIG
-    c = Config(files.read_config(folder), str(cfg_file))
+    config, tensors, origin, hashes = files.read(folder)  # every file once, hashed as read
+    c = Config(config, str(cfg_file))
     arch = _architecture(c)
     arch_name = arch.name
     fields = arch.spec(c)
     n_layers = arch.n_layers(c)
-    tensors, origin = files.read_tensors(folder)
     prefix = next((p for p in arch.prefixes if p + arch.probe in tensors), None)
     if prefix is None:
         raise ConfigError(
@@ -273,7 +266,7 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
         fields=fields,
         params=params,
         tables=arch.tables(get, c, fields),
-        hashes=files.hashes(folder),
+        hashes=hashes,
         n_layers=n_layers,
         vocab=arch.vocab(c),
         max_positions=arch.max_positions(c),

@@ -6,15 +6,17 @@ Accepted paths (nothing is ever downloaded):
   a snapshot of the HF cache, models--org--name/snapshots/<rev>/ (its files are links into
       ../../blobs), or the cache's models--org--name/ itself (the revision refs/main names, or
       the only snapshot).
-Weights: model.safetensors, or shards listed in model.safetensors.index.json (read with the
-`safetensors` package into numpy, no torch needed; bfloat16 tensors are widened to float32),
-else pytorch_model.bin (only where torch is installed). The file hashes (sha256 of config.json
-and every weight file) name the checkpoint in a sweep's fingerprint.
+Weights: model.safetensors, or shards listed in model.safetensors.index.json (parsed into numpy
+from the file's bytes, no torch needed; bfloat16 tensors are widened to float32), else
+pytorch_model.bin (only where torch is installed). `read` reads each file once and hashes the
+bytes it parses: the file hashes (sha256 of config.json and every weight file) name the
+checkpoint in a sweep's fingerprint.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pathlib
 import struct
@@ -57,14 +59,26 @@ def locate(path, where: str = "checkpoint.path") -> pathlib.Path:
 
 def read_config(folder: pathlib.Path) -> dict:
     """config.json as a dict; a ConfigError naming the file if it is not a JSON object."""
-    f = folder / CONFIG
+    return parse_config(_read_bytes(folder / CONFIG), folder / CONFIG)
+
+
+def parse_config(raw: bytes, f: pathlib.Path) -> dict:
+    """config.json's bytes as a dict; a ConfigError naming the file if not a JSON object."""
     try:
-        cfg = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        cfg = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{f}: cannot be read as JSON ({e})") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{f}: must hold a JSON object, got {type(cfg).__name__}")
     return cfg
+
+
+def _read_bytes(f: pathlib.Path) -> bytes:
+    """A file's bytes, read once (every reader of a checkpoint goes through here)."""
+    try:
+        return f.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{f}: cannot be read ({e.strerror or e})") from None
 
 
 def weight_files(folder: pathlib.Path) -> list[pathlib.Path]:
@@ -88,76 +102,102 @@ def weight_files(folder: pathlib.Path) -> list[pathlib.Path]:
     )
 
 
-def _safetensors_header(f: pathlib.Path) -> tuple[dict, int]:
-    with open(f, "rb") as fh:
-        raw = fh.read(8)
-        if len(raw) < 8:
-            raise ConfigError(f"{f}: not a safetensors file (shorter than its header)")
-        (n,) = struct.unpack("<Q", raw)
-        try:
-            header = json.loads(fh.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ConfigError(f"{f}: not a safetensors file (unreadable header)") from None
+# safetensors dtype -> numpy (little-endian, as the format stores them); BF16 by hand below
+SAFETENSORS_DTYPES = {
+    "F64": "<f8",
+    "F32": "<f4",
+    "F16": "<f2",
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U8": "u1",
+    "BOOL": "?",
+}
+
+
+def parse_safetensors(data: bytes, f: pathlib.Path) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file's bytes (8-byte little-endian header length, a JSON
+    header name -> {dtype, shape, data_offsets}, then the data: huggingface/safetensors'
+    format), as numpy arrays viewing the bytes; bfloat16 widened to float32 from its raw bits
+    (numpy has no bfloat16)."""
+    if len(data) < 8:
+        raise ConfigError(f"{f}: not a safetensors file (shorter than its header)")
+    (n,) = struct.unpack("<Q", data[:8])
+    try:
+        header = json.loads(data[8 : 8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{f}: not a safetensors file (unreadable header)") from None
+    if not isinstance(header, dict):
+        raise ConfigError(f"{f}: not a safetensors file (its header is not a JSON object)")
     header.pop("__metadata__", None)
-    return header, 8 + n
-
-
-def _read_safetensors(f: pathlib.Path) -> dict[str, np.ndarray]:
-    from safetensors import safe_open
-
-    header, start = _safetensors_header(f)
-    out = {}
-    with safe_open(str(f), framework="np") as fh:
-        for name, info in header.items():
-            if info.get("dtype") == "BF16":  # numpy has no bfloat16: the raw bits, widened
-                lo, hi = info["data_offsets"]
-                with open(f, "rb") as raw:
-                    raw.seek(start + lo)
-                    bits = np.frombuffer(raw.read(hi - lo), "<u2").astype(np.uint32) << 16
-                out[name] = bits.view(np.float32).reshape(info["shape"])
-            else:
-                out[name] = fh.get_tensor(name)
+    start, out = 8 + n, {}
+    for name, info in header.items():
+        try:
+            dtype, shape, (lo, hi) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"{f}: tensor {name!r} has no dtype, shape and offsets") from None
+        np_dtype = np.dtype("<u2" if dtype == "BF16" else SAFETENSORS_DTYPES.get(dtype, "V1"))
+        if np_dtype.kind == "V":
+            raise ConfigError(f"{f}: tensor {name!r} has dtype {dtype}, which simlab cannot read")
+        count = int(np.prod(shape, dtype=np.int64))
+        if hi - lo != count * np_dtype.itemsize or lo < 0 or start + hi > len(data):
+            raise ConfigError(f"{f}: tensor {name!r}: its offsets do not match shape {shape}")
+        a = np.frombuffer(data, np_dtype, count=count, offset=start + lo)
+        if dtype == "BF16":
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.reshape(shape)
     return out
 
 
-def _read_torch(f: pathlib.Path) -> dict[str, np.ndarray]:
+def parse_torch(data: bytes, f: pathlib.Path) -> dict[str, np.ndarray]:
+    """The tensors of a pytorch_model.bin's bytes (needs torch)."""
     try:
-        import torch
+        import torch  # deferred: torch is an optional dependency, for .bin checkpoints only
     except ImportError:
         raise ConfigError(
             f"{f}: reading pytorch_model.bin needs torch (pip install torch); or convert the "
             "checkpoint to model.safetensors"
         ) from None
-    state = torch.load(f, map_location="cpu", weights_only=True)
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     return {
         k: (v.float() if v.dtype == torch.bfloat16 else v).detach().numpy()
         for k, v in state.items()
     }
 
 
-def read_tensors(folder: pathlib.Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(name -> numpy array, name -> the file it came from) over every weight file."""
+def read(folder: pathlib.Path):
+    """Every file of a checkpoint read once: (config.json as a dict, name -> numpy tensor,
+    name -> the file it came from, file name -> sha256 of config.json and every weight file,
+    hashed from the same bytes that are parsed: the checkpoint's identity)."""
+    raw = _read_bytes(folder / CONFIG)
+    hashes = {CONFIG: hashlib.sha256(raw).hexdigest()}
+    config = parse_config(raw, folder / CONFIG)
     tensors, origin = {}, {}
     for f in weight_files(folder):
+        data = _read_bytes(f)
+        hashes[f.name] = hashlib.sha256(data).hexdigest()
         try:
-            part = _read_torch(f) if f.name.endswith(".bin") else _read_safetensors(f)
+            part = parse_torch(data, f) if f.name.endswith(".bin") else parse_safetensors(data, f)
         except ConfigError:
             raise
         except Exception as e:  # a corrupt file: whatever the reader raised, in one line
             raise ConfigError(f"{f}: cannot be read ({type(e).__name__}: {e})") from None
         tensors.update(part)
         origin.update(dict.fromkeys(part, f.name))
+    return config, tensors, origin, hashes
+
+
+def read_tensors(folder: pathlib.Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(name -> numpy array, name -> the file it came from) over every weight file."""
+    _, tensors, origin, _ = read(folder)
     return tensors, origin
 
 
 def sha256(f: pathlib.Path) -> str:
+    """The sha256 of one file, streamed (for a file on its own; `read` hashes what it parses)."""
     h = hashlib.sha256()
     with open(f, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def hashes(folder: pathlib.Path) -> dict[str, str]:
-    """file name -> sha256 of config.json and every weight file: the checkpoint's identity."""
-    return {f.name: sha256(f) for f in [folder / CONFIG, *weight_files(folder)]}

@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:
+        # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
         from simlab import plugins
 
         plugins.load(args.plugin, "--plugin")  # and the installed ones: before anything else

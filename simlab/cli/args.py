@@ -29,6 +29,7 @@ def add_cache_argument(parser) -> None:
 
 
 def apply_cache_argument(args) -> None:
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.engine import compile_cache
 
     if getattr(args, "no_compile_cache", False):

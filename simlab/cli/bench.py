@@ -70,6 +70,7 @@ def cli_main(args) -> int:
     """Run the benchmark, print the table, write the JSON."""
     only = None if args.only is None else [s.strip() for s in args.only.split(",") if s.strip()]
     stages = () if not args.stages else [s.strip() for s in args.stages.split(",") if s.strip()]
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.studies.bench import default_out_dir, format_table, run_bench
 
     report, path = run_bench(

@@ -11,6 +11,7 @@ def add_arguments(parser) -> None:
 
 
 def cli_main(args) -> int:
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.engine.export import export
 
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simlab.errors import ConfigError
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("dir", help="a sweep directory")
@@ -18,8 +20,8 @@ def add_arguments(parser) -> None:
 
 
 def cli_main(args) -> int:
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.engine.info import describe
-    from simlab.errors import ConfigError
 
     if not 0.0 < args.level < 1.0:
         raise ConfigError(f"--level {args.level!r}: must be in (0, 1), e.g. 0.95")

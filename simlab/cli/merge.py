@@ -12,6 +12,7 @@ def add_arguments(parser) -> None:
 
 
 def cli_main(args) -> int:
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.engine.merge import merge_directory
 
     apply_cache_argument(args)

@@ -55,6 +55,7 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     """Run `simlab sweep`; print where the results are."""
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.engine.config import default_config_path
     from simlab.engine.schedule import worker_from_env
     from simlab.engine.sweep import run_sweep

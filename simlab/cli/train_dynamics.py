@@ -51,6 +51,7 @@ def add_arguments(parser) -> None:
 def cli_main(args) -> int:
     """Train (or reload with --plot-only), print the summaries and the overall verdict, draw
     the figures."""
+    # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
     from simlab.studies.train_dynamics import study
 
     overrides = {

@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from simlab.core import attention, patterns, tiled
-from simlab.core.spec import BlockSpec
 from simlab.registry import BUILTIN, Registry, require
+
+if TYPE_CHECKING:  # annotations only: spec validates names against the registries
+    from simlab.core.spec import BlockSpec
 
 
 class Full(NamedTuple):

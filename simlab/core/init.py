@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simlab.core.spec import BlockSpec
+if TYPE_CHECKING:  # annotations only: spec validates names against the registries
+    from simlab.core.spec import BlockSpec
 
 _MATRICES = ("wq", "wk", "wv", "wo", "w1", "w2")
 

@@ -16,17 +16,16 @@ numbers, docs/design.md).
   student_t:   i.i.d. Student-t with nu > 2 dof, scaled to variance sigma^2 per coordinate.
   rademacher:  i.i.d. +-sigma with probability 1/2 each (bounded, maximally non-Gaussian
                marginals; the worked example of docs/extending.md).
-  tokens:      a trained checkpoint's own embeddings of token ids drawn as for "embedding"
-               (uniform or Zipf over `vocab`), through its layers below the first one studied
-               (simlab.checkpoints.checkpoint.Weights; a Lab given `weights` builds them, no
-               other code can: docs/checkpoints.md).
+  tokens:      (registered by simlab.checkpoints, a trained kind) a checkpoint's own
+               embeddings of token ids, through its layers below the first one studied.
 Then every token gets the drift b = drift_norm * u_b, u_b a random unit vector per seed
 (Godey et al. 2024, section on untrained blocks: "a common bias term b of norm N").
 
 An input kind (`InputKind`) declares the random numbers it needs (`noise`), how it builds its
 components from them (`components`), their traced coefficients (`coefficients`), which of its
 components varies with the position (`varying`: the factored attention path needs it) and the
-knobs it reads besides drift_norm (`knobs`: any other input knob is inert for it).
+knobs it reads besides drift_norm (`knobs`: any other input knob is inert for it), and whether
+it is the input of trained layers (`trained`: its components also get the weights).
 """
 
 from __future__ import annotations
@@ -34,13 +33,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from simlab.core.init import draws
-from simlab.core.spec import InputSpec
+from simlab.core.knobs import KNOBS
+from simlab.core.linalg import unit_vectors
+from simlab.errors import ConfigError
 from simlab.registry import BUILTIN, Registry, require
+
+if TYPE_CHECKING:  # annotations only: spec validates names against this registry
+    from simlab.core.spec import InputSpec
 
 
 def zipf_ids(key, shape, vocab: int, s: float, u=None) -> jax.Array:
@@ -58,14 +63,14 @@ def zipf_ids(key, shape, vocab: int, s: float, u=None) -> jax.Array:
 def token_ids(spec: InputSpec, key=None, noise=None) -> jax.Array:
     """Token ids (B, T): uniform over the vocabulary or Zipf (from `noise["ids"]` if given)."""
     if noise is None:
-        noise = draws(key, {"ids": _embedding_noise(spec, 1)["ids"]})
+        noise = draws(key, {"ids": embedding_noise(spec, 1)["ids"]})
     if spec.token_dist == "zipf":
         return zipf_ids(None, (spec.batch, spec.length), spec.vocab, spec.zipf_s, noise["ids"])
     return noise["ids"]
 
 
 # ------------------------------------------------------------------------------ the kinds
-def _embedding_noise(spec: InputSpec, d: int) -> dict:
+def embedding_noise(spec: InputSpec, d: int) -> dict:
     ids = (
         ((spec.batch, spec.length), "uniform")
         if spec.token_dist == "zipf"
@@ -118,19 +123,6 @@ def _rademacher(spec: InputSpec, d: int, z: dict, t_key) -> dict:
     return {"x": spec.sigma * jnp.where(z["u"] < 0.5, -1.0, 1.0).astype(z["u"].dtype)}
 
 
-def _tokens_noise(spec: InputSpec, d: int) -> dict:
-    return {"ids": _embedding_noise(spec, d)["ids"]}
-
-
-def _tokens(spec: InputSpec, d: int, z: dict, t_key) -> dict:
-    from simlab.errors import ConfigError
-
-    raise ConfigError(
-        "inputs.kind: 'tokens' are a checkpoint's own token embeddings; give a [checkpoint] "
-        "table (docs/checkpoints.md)"
-    )
-
-
 def _one(knobs) -> dict:
     return {"x": jnp.ones_like(knobs["drift_norm"])}
 
@@ -141,17 +133,16 @@ class InputKind:
 
     name: str
     noise: Callable[[InputSpec, int], dict]  # name -> (shape, kind) for init.draws
-    components: Callable[[InputSpec, int, dict, object], dict]  # (spec, d, noise, t_key)
+    components: Callable[..., dict]  # (spec, d, noise, t_key), and weights= if trained
     coefficients: Callable[[Mapping[str, jax.Array]], dict] = _one
     varying: str = "x"  # the component that changes with position
     knobs: tuple[str, ...] = ()  # knobs read besides drift_norm
     doc: str = ""
+    trained: bool = False  # the inputs of trained layers: components(..., weights=) gets them
 
 
 def _check_kind(k: InputKind) -> None:
-    from simlab.core.knobs import KNOBS
-
-    unknown = [n for n in k.knobs if n not in KNOBS]
+    unknown = [n for n in k.knobs if n not in KNOBS] if isinstance(k.knobs, tuple) else []
     require(
         "input kind",
         k.name,
@@ -167,6 +158,7 @@ def _check_kind(k: InputKind) -> None:
                 isinstance(k.knobs, tuple) and not unknown,
                 f"must be a tuple of registered knob names (unknown: {unknown})",
             ),
+            "trained": (isinstance(k.trained, bool), "must be true or false"),
         },
     )
 
@@ -183,7 +175,7 @@ def register_inputs(kind: InputKind) -> InputKind:
 for _kind in (
     InputKind(
         "embedding",
-        _embedding_noise,
+        embedding_noise,
         _embedding,
         doc="rows of a table E ~ N(0, embed_std^2) at uniform or Zipf token ids",
     ),
@@ -217,53 +209,47 @@ for _kind in (
 ):
     INPUTS.register(_kind, source=BUILTIN)
 
-# The inputs of trained layers: not drawn from a key alone (they need a checkpoint's embeddings
-# and lower layers), so not an entry of INPUTS, whose every kind any Lab can draw; InputSpec
-# accepts its name, and `kind_of` finds it.
-TOKENS = InputKind(
-    "tokens",
-    _tokens_noise,
-    _tokens,
-    doc="a checkpoint's embeddings of uniform or Zipf token ids, through its lower layers",
-)
-TRAINED = {TOKENS.name: TOKENS}
-
-
-def kind_of(name: str) -> InputKind:
-    """The input kind `name`: an entry of INPUTS, or a kind of trained layers (TRAINED)."""
-    return TRAINED[name] if name in TRAINED else INPUTS[name]
-
 
 # ------------------------------------------------------------------------------ components
 def noise_shapes(spec: InputSpec, d_model: int) -> dict[str, tuple]:
     """The random numbers one draw of the inputs needs: name -> (shape, kind) for
     simlab.core.init.draws (the drift direction u_b and the kind's own)."""
-    return {"u_b": ((1, 1, d_model), "normal"), **kind_of(spec.kind).noise(spec, d_model)}
+    return {"u_b": ((1, 1, d_model), "normal"), **INPUTS[spec.kind].noise(spec, d_model)}
 
 
 def components(
-    spec: InputSpec, d_model: int, key=None, dtype=None, noise=None, t_key=None
+    spec: InputSpec, d_model: int, key=None, dtype=None, noise=None, t_key=None, weights=None
 ) -> dict[str, jax.Array]:
     """Per-seed arrays, each 3-D and broadcastable to (B, T, D): the drift direction "u_b"
     (1, 1, D) and the base components of x (the kind's: "x", or "z0" (B, 1, D) and "z" for
     gaussian). Randomness: `noise` (from noise_shapes, drawn by the caller with
     simlab.core.init.draws) and, for student_t, `t_key`; if not given, both come from `key`.
     dtype None: jax's default float dtype. Every random number is drawn in float32 and then
-    cast, so float64 runs see the same sample."""
+    cast, so float64 runs see the same sample. A trained kind (`InputKind.trained`, e.g.
+    "tokens" of simlab.checkpoints) also gets the trained weights (`weights`, what
+    Lab(weights=...) holds), and without them is refused."""
+    kind = INPUTS[spec.kind]
+    if kind.trained and weights is None:
+        raise ConfigError(
+            f"inputs.kind: {spec.kind!r} are a checkpoint's own inputs (its embeddings); give a "
+            "[checkpoint] table (docs/checkpoints.md)"
+        )
     dtype = jnp.result_type(float) if dtype is None else dtype
     if noise is None:
         kn, t_key = jax.random.split(key)
         noise = draws(kn, noise_shapes(spec, d_model), dtype)
     z = {k: v.astype(dtype) if k != "ids" else v for k, v in noise.items()}
-    return {
-        "u_b": z["u_b"] / jnp.linalg.norm(z["u_b"]),
-        **kind_of(spec.kind).components(spec, d_model, z, t_key),
-    }
+    own = (
+        kind.components(spec, d_model, z, t_key, weights=weights)
+        if kind.trained
+        else kind.components(spec, d_model, z, t_key)
+    )
+    return {"u_b": z["u_b"] / jnp.linalg.norm(z["u_b"]), **own}
 
 
 def coefficients(kind: str, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
     """The traced coefficients of each component: x = sum_c coef_c * X_c + drift_norm * u_b."""
-    return {**kind_of(kind).coefficients(knobs), "u_b": knobs["drift_norm"]}
+    return {**INPUTS[kind].coefficients(knobs), "u_b": knobs["drift_norm"]}
 
 
 def combine(comps: Mapping[str, jax.Array], coefs: Mapping[str, jax.Array]) -> jax.Array:
@@ -278,15 +264,16 @@ def assemble(
     spec.normalize (unit tokens).  The one place both Lab and sample build inputs."""
     x = jnp.broadcast_to(combine(comps, coefs), (spec.batch, spec.length, d_model))
     if spec.normalize:
-        from simlab.core.metrics import unit_vectors
-
         x = unit_vectors(x)
     return x
 
 
-def sample(spec: InputSpec, d_model: int, key, knobs: Mapping[str, float]) -> jax.Array:
-    """One input batch (B, T, D) for the given knobs (convenience for tests and scripts)."""
-    comps = components(spec, d_model, key)
+def sample(
+    spec: InputSpec, d_model: int, key, knobs: Mapping[str, float], weights=None
+) -> jax.Array:
+    """One input batch (B, T, D) for the given knobs (convenience for tests and scripts);
+    weights: the trained layers a trained kind needs."""
+    comps = components(spec, d_model, key, weights=weights)
     dtype = jnp.result_type(float)
     coefs = coefficients(spec.kind, {k: jnp.asarray(v, dtype) for k, v in knobs.items()})
     return assemble(spec, d_model, comps, coefs)

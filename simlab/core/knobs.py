@@ -15,6 +15,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
+from simlab.core.block import BLOCKS
+from simlab.core.patterns import PATTERNS
 from simlab.errors import ConfigError
 from simlab.registry import BUILTIN, Registry, require
 
@@ -23,19 +28,7 @@ def _always(block, inputs) -> str | None:
     return None
 
 
-def _reads_input_corr(block, inputs) -> str | None:
-    from simlab.core.inputs import kind_of
-
-    return (
-        None
-        if "input_corr" in kind_of(inputs.kind).knobs
-        else f"inputs.kind {inputs.kind!r} has no input_corr"
-    )
-
-
 def _has_mlp_skip(block, inputs) -> str | None:
-    from simlab.core.block import BLOCKS
-
     if not block.mlp:
         return "block.mlp is false"
     if not BLOCKS[block.kind].mlp_residual:
@@ -50,8 +43,6 @@ def _has_qk_norm(block, inputs) -> str | None:
 def _pattern(block):
     """The block's entry of simlab.core.patterns.PATTERNS (None for a name not registered: the
     spec's validation reports it)."""
-    from simlab.core.patterns import PATTERNS
-
     return PATTERNS.get(getattr(block, "pattern", "softmax"))
 
 
@@ -65,8 +56,6 @@ def _reads_logits(block, inputs) -> str | None:
 
 
 def _sharpens_a_pattern(block, inputs) -> str | None:
-    from simlab.core.patterns import PATTERNS
-
     pattern = _pattern(block)
     if pattern is None or pattern.sharpens:
         return None
@@ -76,8 +65,6 @@ def _sharpens_a_pattern(block, inputs) -> str | None:
 
 
 def _has_mlp_gain(block, inputs) -> str | None:
-    from simlab.core.block import BLOCKS
-
     if not block.mlp:
         return "block.mlp is false"
     if not BLOCKS[block.kind].mlp_gain:
@@ -96,6 +83,7 @@ class Knob:
     meaning: str
     open_low: bool = False
     inert: Callable[[Any, Any], str | None] = _always
+    of_inputs: bool = False  # read only by input kinds that list it (InputKind.knobs)
 
     def check(self, value: Any, where: str = "knobs") -> float:
         """The value as a float; a ConfigError naming the field and the range otherwise."""
@@ -136,6 +124,7 @@ def _check_knob(k: Knob) -> None:
             ),
             "meaning": (isinstance(k.meaning, str) and bool(k.meaning.strip()), "must be text"),
             "inert": (callable(k.inert), "must be callable (block, inputs) -> reason or None"),
+            "of_inputs": (isinstance(k.of_inputs, bool), "must be true or false"),
         },
     )
 
@@ -178,7 +167,7 @@ for _knob in (
         0.0,
         1.0,
         "within-sequence correlation p of the inputs",
-        inert=_reads_input_corr,
+        of_inputs=True,
     ),
     Knob("attn_residual", 1.0, -INF, INF, "skip strength a around attention"),
     Knob("mlp_residual", 1.0, -INF, INF, "skip strength m around the MLP", inert=_has_mlp_skip),
@@ -225,6 +214,23 @@ def resolve_knobs(fixed: Mapping[str, Any] | None, where: str = "knobs") -> dict
     return out
 
 
-def inert_knobs(block, inputs) -> dict[str, str]:
-    """Knob -> why it has no effect for this block and input spec (only the inert ones)."""
-    return {n: why for n, k in KNOBS.items() if (why := k.inert(block, inputs)) is not None}
+def inert_knobs(block, inputs, reads: tuple[str, ...]) -> dict[str, str]:
+    """Knob -> why it has no effect for this block and input spec (only the inert ones);
+    `reads`: the knobs the input kind reads (simlab.core.inputs.INPUTS[inputs.kind].knobs), so
+    that a knob `of_inputs` it does not list is inert."""
+    out = {}
+    for n, k in KNOBS.items():
+        why = k.inert(block, inputs)
+        if why is None and k.of_inputs and n not in reads:
+            why = f"inputs.kind {inputs.kind!r} has no {n}"
+        if why is not None:
+            out[n] = why
+    return out
+
+
+def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:
+    """Defaults overridden by `knobs`, as scalars of `dtype` (None: jax's default float dtype,
+    float64 under JAX_ENABLE_X64)."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    full = dict(knob_defaults(), **knobs)
+    return {k: jnp.asarray(v, dtype) for k, v in full.items()}

@@ -19,10 +19,11 @@ its layer 0 runs hoisted (projections per seed) with A V from the closed form, O
 Neither do rotary embeddings (the logits depend on the positions): the projections are still
 hoisted (the rotation comes after them).
 
-Trained weights (`Lab(..., weights=checkpoint.at(layers))`, simlab.checkpoints): the layers'
-weights replace the draws, the same for every seed; a seed then varies only the inputs (the
-token ids of inputs.kind "tokens", or any other kind's draw) and the random directions (u_b,
-u_q, u_k). Without `weights` nothing of this runs.
+Trained weights (`Lab(..., weights=checkpoint.at(layers))`, simlab.checkpoints, the only way
+in; the engine builds them from a [checkpoint] table): the layers' weights replace the draws,
+the same for every seed; a seed then varies only the inputs (the token ids of a trained input
+kind such as "tokens", or any other kind's draw) and the random directions (u_b, u_q, u_k).
+Without `weights` nothing of this runs.
 
 The protocol the sweep engine relies on is `LabProtocol` (seed_state, point, metric_names;
 optionally identity, check_knobs, default_micro_batch, point_bytes, covariates): run_sweep(lab=...)
@@ -39,8 +40,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from simlab.core import attention, block, factored, inputs
+from simlab.core.block import BLOCKS
 from simlab.core.init import draws, init_params, param_shapes
-from simlab.core.knobs import KNOBS, inert_knobs, knob_defaults
+from simlab.core.inputs import INPUTS
+from simlab.core.knobs import KNOBS, inert_knobs
 from simlab.core.metrics import METRICS, default_metrics, layer_metrics, needs_full_weights
 from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec
@@ -99,22 +102,16 @@ class Lab:
         tiled: bool = True,
         tile_elements: int | None = None,
         weights=None,
-        checkpoint=None,
     ):
-        from simlab.core.block import BLOCKS
-
         self.block = block.validate()
         self.inputs = inputs.validate()
-        self.checkpoint = checkpoint
-        if checkpoint is not None and weights is None:
-            weights = _weights(checkpoint, block.depth)
         self.weights = weights
         if weights is not None:
             weights.check(self.block, self.inputs)
-        elif inputs.kind == "tokens":
+        elif INPUTS[inputs.kind].trained:
             raise ConfigError(
-                "inputs.kind: 'tokens' are a checkpoint's own token embeddings; give a "
-                "[checkpoint] table (docs/checkpoints.md)"
+                f"inputs.kind: {inputs.kind!r} are a checkpoint's own inputs (its embeddings); "
+                "give a [checkpoint] table (docs/checkpoints.md)"
             )
         names = tuple(default_metrics() if metrics is None else metrics)
         for n in names:
@@ -177,7 +174,7 @@ class Lab:
 
     def inert_knobs(self) -> dict[str, str]:
         """Knobs without effect for this spec (sweeping them is a user error) -> why."""
-        return inert_knobs(self.block, self.inputs)
+        return inert_knobs(self.block, self.inputs, INPUTS[self.inputs.kind].knobs)
 
     def check_knobs(self, swept: Iterable[str], fixed: Mapping[str, float]) -> None:
         """Refuse an axis or a non-default fixed value on a knob without effect."""
@@ -235,18 +232,11 @@ class Lab:
         return state
 
     def _components(self, noise, t_key) -> dict:
-        """The input components of a seed (simlab.core.inputs.components); for inputs.kind
-        "tokens", the checkpoint's hidden states of the token ids (fixed, or drawn)."""
-        if self.weights is None or self.inputs.kind != "tokens":
-            return inputs.components(self.inputs, self.block.d_model, noise=noise, t_key=t_key)
-        ids = self.weights.ids
-        if ids is None:
-            ids = inputs.token_ids(self.inputs, noise={"ids": noise["ids"]})
-        u_b = noise["u_b"]
-        return {
-            "u_b": u_b / jnp.linalg.norm(u_b),
-            "x": self.weights.hidden(jnp.asarray(ids), u_b.dtype),
-        }
+        """The input components of a seed (simlab.core.inputs.components; a trained kind gets
+        the weights)."""
+        return inputs.components(
+            self.inputs, self.block.d_model, noise=noise, t_key=t_key, weights=self.weights
+        )
 
     def identity(self) -> dict:
         """The block, the inputs and, on trained weights, the checkpoint's identity (its file
@@ -259,7 +249,7 @@ class Lab:
         return out
 
     def _varying(self) -> str:
-        return inputs.kind_of(self.inputs.kind).varying
+        return INPUTS[self.inputs.kind].varying
 
     def inputs_of(self, state, knobs):
         """x = sum_c coef_c X_c, broadcast to (B, T, D); with inputs.normalize, x_i / |x_i|."""
@@ -367,26 +357,3 @@ class Lab:
 
     def _observe(self, layer: block.Layer):
         return layer_metrics(self.metric_names, self.block.causal, layer)
-
-
-def _weights(checkpoint, depth: int):
-    """The trained layers a [checkpoint] table names (simlab.core.spec.CheckpointSpec)."""
-    from simlab.checkpoints import load  # deferred: the checkpoint package reads the files
-
-    ck = load(checkpoint.path)
-    ids = None
-    if checkpoint.ids is not None:
-        try:
-            ids = np.load(checkpoint.ids)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"checkpoint.ids: cannot read {checkpoint.ids!r} ({e})") from None
-    layers = range(checkpoint.layer, checkpoint.layer + depth)
-    return ck.at(ck.layer_range(list(layers), "checkpoint.layer"), ids=ids)
-
-
-def knob_arrays(knobs: Mapping[str, float], dtype=None) -> dict[str, jax.Array]:
-    """Defaults overridden by `knobs`, as scalars of `dtype` (None: jax's default float dtype,
-    float64 under JAX_ENABLE_X64)."""
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    full = dict(knob_defaults(), **knobs)
-    return {k: jnp.asarray(v, dtype) for k, v in full.items()}

@@ -1,8 +1,9 @@
-"""The top eigenvalue of symmetric positive semi-definite matrices, for the stable rank: Lanczos
-with full reorthogonalisation (complete, so exact up to rounding, up to LANCZOS_STEPS x
-LANCZOS_STEPS; LANCZOS_STEPS steps beyond), then Sturm-count multisection on the tridiagonal matrix
-(docs/performance.md: no full eigensolver, no eigenvectors). Matrices are (..., n, n), written
-with ellipsis einsums; the Lanczos basis V is (..., steps, n).
+"""Unit vectors (the cosines' normalisation), and the top eigenvalue of symmetric positive
+semi-definite matrices, for the stable rank: Lanczos with full reorthogonalisation (complete,
+so exact up to rounding, up to LANCZOS_STEPS x LANCZOS_STEPS; LANCZOS_STEPS steps beyond), then
+Sturm-count multisection on the tridiagonal matrix (docs/performance.md: no full eigensolver,
+no eigenvectors). Matrices are (..., n, n), written with ellipsis einsums; the Lanczos basis V
+is (..., steps, n).
 """
 
 from __future__ import annotations
@@ -10,6 +11,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+def unit_vectors(x):
+    """x / |x| along the last axis; zero rows stay zero, a row holding NaN or Inf becomes NaN
+    (never a plausible 0). Rescaled by max|x| first so that |x|^2 cannot overflow for huge
+    drifts."""
+    m = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
+    xs = x / jnp.where(m > 0, m, 1.0)
+    n = jnp.linalg.norm(xs, axis=-1, keepdims=True)
+    return jnp.where(n == 0, 0.0, xs / jnp.where(n == 0, 1.0, n))
+
 
 # Lanczos steps for the top eigenvalue of a Gram matrix larger than LANCZOS_STEPS x LANCZOS_STEPS.
 LANCZOS_STEPS = 64

@@ -30,17 +30,9 @@ import jax
 import jax.numpy as jnp
 
 from simlab.core import attention
-from simlab.core.linalg import top_eigenvalue
+from simlab.core.block import Layer
+from simlab.core.linalg import top_eigenvalue, unit_vectors
 from simlab.registry import BUILTIN, Registry, require
-
-
-def unit_vectors(x):
-    """x / |x| along the last axis; zero rows stay zero. Rescaled by max|x| first so that
-    |x|^2 cannot overflow for huge drifts."""
-    m = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
-    xs = x / jnp.where(m > 0, m, 1.0)
-    n = jnp.linalg.norm(xs, axis=-1, keepdims=True)
-    return jnp.where(n > 0, xs / jnp.where(n > 0, n, 1.0), 0.0)
 
 
 def mean_pairwise_cos(x_ND):
@@ -217,8 +209,6 @@ class Metric:
 
 
 def _check_metric(m: Metric) -> None:
-    from simlab.core.block import Layer
-
     fields = Layer._fields
     lo, hi = m.bounds if isinstance(m.bounds, tuple) and len(m.bounds) == 2 else (None, None)
     bad = [f for f in m.reads if f not in fields] if isinstance(m.reads, tuple) else None

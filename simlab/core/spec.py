@@ -3,7 +3,9 @@
 A spec is hashable and decides what is compiled (docs/design.md, "Vocabulary"); the traced
 knobs are in simlab.core.knobs. Every check names the field and the allowed range and raises
 `ConfigError`, which the CLI turns into exit code 2 before any compute. The allowed kinds come
-from the registries (simlab.core.block.BLOCKS, simlab.core.inputs.INPUTS).
+from the registries (simlab.core.block.BLOCKS, simlab.core.inputs.INPUTS,
+simlab.core.patterns.PATTERNS), read live: a plugin's entries too. The [checkpoint] table's spec
+is simlab.checkpoints.source.CheckpointSpec (the weight source, above core).
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from simlab.core.block import BLOCKS
+from simlab.core.inputs import INPUTS
+from simlab.core.patterns import PATTERNS
 from simlab.errors import ConfigError
 from simlab.validate import check_choice, check_fields, check_int, check_positive
 
@@ -59,8 +64,6 @@ class BlockSpec:
         return self.d_model // self.n_heads
 
     def validate(self, where: str = "block") -> BlockSpec:
-        from simlab.core.block import BLOCKS
-
         check_choice(f"{where}.kind", self.kind, tuple(BLOCKS))
         check_int(f"{where}.d_model", self.d_model, 1, 1 << 16)
         check_int(f"{where}.n_heads", self.n_heads, 1, self.d_model)
@@ -85,8 +88,6 @@ class BlockSpec:
             )
         check_positive(f"{where}.init_sigma", self.init_sigma)
         check_positive(f"{where}.ln_eps", self.ln_eps)
-        from simlab.core.patterns import PATTERNS  # read live: a plugin's patterns too
-
         check_choice(f"{where}.pattern", self.pattern, tuple(PATTERNS))
         check_positive(f"{where}.rotary_pct", self.rotary_pct, strict=False)
         if self.rotary_pct > 1:
@@ -128,9 +129,7 @@ class InputSpec:
     normalize: bool = False  # tokens scaled to unit norm after the drift: x_i / |x_i|
 
     def validate(self, where: str = "inputs") -> InputSpec:
-        from simlab.core.inputs import INPUTS, TRAINED
-
-        check_choice(f"{where}.kind", self.kind, (*INPUTS, *TRAINED))
+        check_choice(f"{where}.kind", self.kind, tuple(INPUTS))
         check_int(f"{where}.batch", self.batch, 1, 1 << 16)
         check_int(f"{where}.length", self.length, 2, 1 << 20)
         check_int(f"{where}.vocab", self.vocab, 2, 1 << 24)
@@ -150,81 +149,3 @@ def spec_from_dict(cls, d: Mapping[str, Any] | None, where: str):
     d = dict(d or {})
     check_fields(where, d, sorted(f.name for f in dataclasses.fields(cls)))
     return cls(**d).validate(where)
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointSpec:
-    """The [checkpoint] table: trained layers instead of drawn ones (docs/checkpoints.md).
-
-    path: a HuggingFace checkpoint folder (or HF cache snapshot) on disk, never downloaded;
-    layer: the first layer studied (block.depth consecutive layers from it); ids: a .npy file of
-    token ids (batch, length) used for every seed (None: inputs of kind "tokens" draw them per
-    seed). architecture, files: what the checkpoint is (config.json's model_type; file name ->
-    sha256 of config.json and the weights), filled in by `resolve` and recorded in the resolved
-    config: files enter the fingerprint, so a sweep is never resumed on other weights; the path
-    does not (a moved folder with the same files is the same checkpoint).
-    """
-
-    path: str = ""
-    layer: int = 0
-    ids: str | None = None
-    architecture: str | None = None
-    files: tuple[tuple[str, str], ...] | None = None
-
-    def validate(self, where: str = "checkpoint") -> CheckpointSpec:
-        if not isinstance(self.path, str) or not self.path:
-            raise ConfigError(f"{where}.path: must name a checkpoint folder, got {self.path!r}")
-        check_int(f"{where}.layer", self.layer, 0, 1 << 16)
-        if self.ids is not None and not isinstance(self.ids, str):
-            raise ConfigError(f"{where}.ids: must be the path of a .npy file, got {self.ids!r}")
-        return self
-
-    def resolve(self, where: str = "checkpoint") -> CheckpointSpec:
-        """With architecture and files read from the folder (config.json and hashes, not the
-        tensors); a recorded `files` that differs from the folder's is refused."""
-        from simlab.checkpoints import files as ckfiles  # deferred: reads the folder
-
-        folder = ckfiles.locate(self.path, f"{where}.path")
-        arch = ckfiles.read_config(folder).get("model_type")
-        hashes = tuple(sorted(ckfiles.hashes(folder).items()))
-        if self.files is not None and tuple(sorted(self.files)) != hashes:
-            changed = sorted(set(self.files) ^ set(hashes))
-            raise ConfigError(
-                f"{where}.files: {changed[0][0]} of {folder} is not the file this config was "
-                "resolved with (another checkpoint, or changed weights)"
-            )
-        return dataclasses.replace(self, architecture=arch, files=hashes)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"path": self.path, "layer": self.layer}
-        if self.ids is not None:
-            out["ids"] = self.ids
-        out["architecture"] = self.architecture
-        out["files"] = None if self.files is None else dict(self.files)
-        return out
-
-
-def checkpoint_from_dict(d: Mapping[str, Any], where: str = "checkpoint") -> CheckpointSpec:
-    """The [checkpoint] table validated and resolved (its files hashed)."""
-    d = dict(d)
-    check_fields(where, d, [f.name for f in dataclasses.fields(CheckpointSpec)])
-    if isinstance(d.get("files"), Mapping):
-        d["files"] = tuple(sorted(d["files"].items()))
-    return CheckpointSpec(**d).validate(where).resolve(where)
-
-
-def checkpoint_block(ck: CheckpointSpec, d: Mapping[str, Any] | None, where: str = "block"):
-    """The [block] of a sweep on trained layers: the checkpoint's own fields (config.json), and
-    from the table only what a study sets (pattern, depth) or values equal to the checkpoint's."""
-    from simlab.checkpoints import checkpoint as ckpt  # deferred: reads config.json
-
-    d = dict(d or {})
-    check_fields(where, d, sorted(f.name for f in dataclasses.fields(BlockSpec)))
-    own = ckpt.block_fields_of(ck.path)
-    for k, v in d.items():
-        if k in own and v != own[k] and not (isinstance(v, (int, float)) and v == own[k]):
-            raise ConfigError(
-                f"{where}.{k}: {v!r} differs from the checkpoint's {own[k]!r} ({ck.path}); on "
-                f"trained weights [block] sets only {', '.join(ckpt.STUDY_FIELDS)}"
-            )
-    return BlockSpec(**{**d, **own}).validate(where)

@@ -7,9 +7,9 @@ A config file has the tables
   [[axes]], [points], [refine]: the grid and its refinement (simlab.engine.grid)
   [sweep]    seeds, first_seed, base_seed, micro_batch, chunk_size, memory_budget_mb, metrics,
              matmul_precision
-  [checkpoint]  trained layers (spec.CheckpointSpec: path, layer, ids): [block] then comes from
-             the checkpoint's config.json (a study sets only pattern and depth), and the files'
-             sha256 enter the fingerprint (docs/checkpoints.md)
+  [checkpoint]  trained layers (simlab.checkpoints.source.CheckpointSpec: path, layer, ids):
+             [block] then comes from the checkpoint's config.json (a study sets only pattern and
+             depth), and the files' sha256 enter the fingerprint (docs/checkpoints.md)
 Every check names the field (e.g. "axes[1].stop") and raises simlab.errors.ConfigError.
 Experiment TOMLs (experiments/, found by `experiments_dir`) may add a [quick] table of smaller
 sizes, applied by `apply_quick`, and [[figures]] tables (simlab.studies.reproduce).
@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from simlab import plugins, validate
+from simlab.checkpoints import source
+from simlab.checkpoints.checkpoint import Weights
 from simlab.core import knobs as knob_registry
 from simlab.core import spec
 from simlab.engine.grid import (
@@ -127,7 +129,11 @@ class SweepConfig:
     sweep: SweepSettings
     plugins: tuple[str, ...] = ()
     refine: Refine | None = None
-    checkpoint: spec.CheckpointSpec | None = None
+    checkpoint: source.CheckpointSpec | None = None
+    # the trained layers the [checkpoint] table names, read once by load_config (not part of
+    # the config's value: its file hashes are, in `checkpoint`); None without a [checkpoint]
+    # table, or for a stored config loaded with read_weights=False
+    weights: Weights | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -304,26 +310,34 @@ def to_toml(config: Mapping[str, Any]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> SweepConfig:
-    """Validate a config given as a TOML path, a dict of tables, or a SweepConfig."""
-    if isinstance(source, SweepConfig):
-        return source
-    if not isinstance(source, (str, os.PathLike, Mapping)):
+def load_config(
+    config: str | os.PathLike | Mapping[str, Any] | SweepConfig, read_weights: bool = True
+) -> SweepConfig:
+    """Validate a config given as a TOML path, a dict of tables, or a SweepConfig. A
+    [checkpoint] table is resolved here, the checkpoint's files read once
+    (simlab.checkpoints.source.resolve); read_weights=False, for a stored (resolved) config
+    whose block is recorded in full, reads nothing (SweepConfig.weights stays None and
+    plain.build_lab reads them if that config is ever run)."""
+    if isinstance(config, SweepConfig):
+        return config
+    if not isinstance(config, (str, os.PathLike, Mapping)):
         raise ConfigError(
             f"config: must be a TOML path, a dict of tables or a SweepConfig, got "
-            f"{type(source).__name__} {source!r}"
+            f"{type(config).__name__} {config!r}"
         )
-    raw = read_toml(source) if isinstance(source, (str, os.PathLike)) else source
+    raw = read_toml(config) if isinstance(config, (str, os.PathLike)) else config
     if not isinstance(raw, Mapping):
         raise ConfigError(f"config: must be a table of tables, got {type(raw).__name__}")
     named = load_plugins(raw)  # before anything is validated: plugins add kinds, knobs, metrics
     for k in raw:
         if k not in TABLES and k not in EXPERIMENT_KEYS + (PLUGINS_KEY,) + DERIVED_KEYS:
             raise ConfigError(f"{k}: unknown table; allowed: {', '.join(TABLES)}")
-    checkpoint = None
+    checkpoint = weights = None
     if raw.get("checkpoint") is not None:
-        checkpoint = spec.checkpoint_from_dict(_table(raw, "checkpoint"), "checkpoint")
-        block = _floats(spec.checkpoint_block(checkpoint, _table(raw, "block"), "block"))
+        checkpoint = source.checkpoint_from_dict(_table(raw, "checkpoint"), "checkpoint")
+    if checkpoint is not None and read_weights:
+        checkpoint, block, weights = source.resolve(checkpoint, _table(raw, "block"))
+        block = _floats(block)
     else:
         block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
     inputs = _floats(spec.spec_from_dict(spec.InputSpec, _table(raw, "inputs"), "inputs"))
@@ -350,6 +364,7 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | SweepConfig) -> 
         tuple(named),
         refine,
         checkpoint,
+        weights,
     )
 
 

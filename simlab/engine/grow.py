@@ -122,7 +122,7 @@ def growth_refusal(out: Path, old: dict[str, Any], new: dict[str, Any], cfg: Swe
     if fixed:
         return ConfigError(f"{head}; {tail}")
     try:
-        old_cfg = load_config(old)
+        old_cfg = load_config(old, read_weights=False)
     except ConfigError as e:
         return ConfigError(f"{head}; its config cannot be read ({e}); {tail}")
     a, b = seed_range(old_cfg), seed_range(cfg)
@@ -206,7 +206,7 @@ def _adopt(out: Path, cur: dict, coord) -> dict:
             os.replace(out / name, p0 / name)
     meta = p0 / "meta.json"
     when = (meta if meta.exists() else p0 / "sweep.json").stat().st_mtime
-    cfg = load_config(cur["config"])
+    cfg = load_config(cur["config"], read_weights=False)
     return records.history_entry(
         cur["fingerprint"],
         "created",

@@ -103,7 +103,7 @@ class Pool:
                 continue
             path = self.out / PARTS / name
             sj = records.read_sweep(path / "sweep.json")
-            self.parts.append(_part(name, load_config(sj["config"]), path))
+            self.parts.append(_part(name, load_config(sj["config"], read_weights=False), path))
 
     def plan(self, target: SweepConfig, values: dict[str, np.ndarray], seeds: range) -> list[Part]:
         """The parts holding the pairs (points `values` x `seeds`) of the target, new parts

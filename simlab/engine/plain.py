@@ -62,7 +62,7 @@ from simlab.engine.compile import (
     knob_dtype,
     local_devices,
 )
-from simlab.engine.config import SweepConfig, fingerprint
+from simlab.engine.config import SweepConfig, fingerprint, load_config
 from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.engine.schedule import Writer, check_worker, wait_for_results
 from simlab.engine.store import (
@@ -193,7 +193,10 @@ def build_lab(cfg: SweepConfig, lab=None):
     A lab with a `check_knobs(swept, fixed)` method may also refuse knobs it ignores.
     """
     if lab is None:
-        lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, checkpoint=cfg.checkpoint)
+        weights = cfg.weights
+        if cfg.checkpoint is not None and weights is None:  # a stored config: read them now
+            weights = load_config(cfg.to_dict()).weights
+        lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, weights=weights)
     elif not isinstance(lab, LabProtocol):
         raise ConfigError(
             f"lab: a {type(lab).__name__} is not a lab; it needs metric_names, seed_state(key) "
@@ -216,9 +219,15 @@ def lab_identity(lab, cfg: SweepConfig) -> dict[str, Any] | None:
     layers) besides its block and inputs, else {"class": module.qualname, **lab.identity()} when the
     lab names itself, or otherwise the class, a sha256 of its module's source and its instance
     attributes that are plain numbers, strings or booleans (simlab.core.lab.LabProtocol)."""
-    own = (cfg.block, cfg.inputs, cfg.checkpoint)
-    given = type(lab) is Lab and lab.checkpoint is None and lab.weights is not None
-    if type(lab) is Lab and (lab.block, lab.inputs, lab.checkpoint) == own and not given:
+    if (
+        type(lab) is Lab
+        and (lab.block, lab.inputs) == (cfg.block, cfg.inputs)
+        and (
+            cfg.checkpoint is None
+            if lab.weights is None
+            else cfg.checkpoint is not None and lab.weights.source == cfg.checkpoint
+        )
+    ):  # the config's own lab (its weights, if any, resolved from its [checkpoint] table)
         return None
     cls = type(lab)
     out: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}"}

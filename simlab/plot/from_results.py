@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from simlab.core.metrics import METRICS
 from simlab.engine import levelset
 from simlab.engine.select import axis_is_log, nearest
 from simlab.errors import ConfigError
@@ -160,7 +161,6 @@ def _tiny_range_note(metric: str, z: np.ndarray, vmin, vmax) -> str:
     finite = z[np.isfinite(z)]
     if finite.size < 2:
         return ""
-    from simlab.core.metrics import METRICS
 
     lo, hi = METRICS[metric].bounds if metric in METRICS else (-np.inf, np.inf)
     scale = hi - lo if np.isfinite(hi - lo) else float(np.max(np.abs(finite)))

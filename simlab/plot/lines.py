@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simlab.engine.results import seed_ci
 from simlab.engine.select import is_log_spaced
 from simlab.plot.axes import new_ax, overlay_theory
 
@@ -17,7 +18,6 @@ def seed_band(values, band: str = "ci", level: float = 0.95):
     "ci" the Student-t confidence interval of the mean at `level` (simlab.engine.results.seed_ci),
     "std" mean -+ 1 standard deviation (ddof 1), "sem" -+ 1 standard error, "none" no band. No
     band for a single seed. The label says what the band is, for a legend or an axis."""
-    from simlab.engine.results import seed_ci
 
     if band not in BANDS:
         raise ValueError(f"band {band!r} is not one of {', '.join(BANDS)}")

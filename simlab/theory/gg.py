@@ -16,7 +16,13 @@ import math
 import numpy as np
 
 from simlab.theory.common import logit_std
-from simlab.theory.sampling import gg_pair_geometry, pd_sum_sq_samples, rem_pair_moments
+from simlab.theory.rem import rem_critical_std
+from simlab.theory.sampling import (
+    gg_pair_geometry,
+    pd_sum_sq_samples,
+    rem_pair_moments,
+    softmax_level_std,
+)
 
 
 def gg_beta_c(p) -> np.ndarray:
@@ -192,8 +198,6 @@ def gg_iso_entropy_curve(T, level=0.5, *, p=None, q_std=1.0, k_std=1.0):
     entropy `level` (simlab.theory.sampling.softmax_level_std; 0.82 at T = 512 and level 0.5)
     and s_c = sqrt(2 ln T) the freezing threshold (the logit std grows linearly in
     1/temperature, so the two lines differ by that factor at every p)."""
-    from simlab.theory.rem import rem_critical_std
-    from simlab.theory.sampling import softmax_level_std
 
     xs, ps, _ = gg_boundary_curve(T, q_std=q_std, k_std=k_std, p=p)
     ratio = softmax_level_std(int(T), level) / float(rem_critical_std(T))

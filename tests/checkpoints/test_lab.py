@@ -13,7 +13,8 @@ import pytest
 
 import simlab
 from simlab.checkpoints import load
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import InputSpec
 from simlab.errors import ConfigError
 
@@ -123,7 +124,11 @@ def test_the_block_must_be_the_checkpoints():
         ({"activation": "gelu"}, r"block.activation: 'gelu' differs from the checkpoint's"),
         ({"ln_eps": 1e-5}, r"block.ln_eps: 1e-05 differs"),
         ({"depth": 2}, r"block.depth: 2 differs from the 1 checkpoint layers 1..1"),
-        ({"qk_norm": "rmsnorm"}, r"block.qk_norm: 'rmsnorm' cannot be set on trained weights"),
+        (
+            {"qk_norm": "rmsnorm"},
+            r"block.qk_norm: 'rmsnorm' differs from the checkpoint's 'none' .*; on trained "
+            r"weights \[block\] sets only pattern, depth",
+        ),
     ]:
         with pytest.raises(ConfigError, match=msg):
             Lab(dataclasses.replace(good, **change), tokens(ck), weights=ck.at(1))

@@ -128,6 +128,28 @@ def test_bfloat16_and_float16_are_widened(tmp_path):
     np.testing.assert_array_equal(ck.params["w1"][0], tagged["transformer.h.0.mlp.c_fc.weight"][1])
 
 
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "gpt_neox"])
+def test_the_safetensors_parser_equals_the_safetensors_package(tmp_path, arch):
+    """simlab parses safetensors from the bytes it hashes; the `safetensors` package's own
+    reader (an independent implementation) gives the same arrays bit for bit, every dtype a
+    checkpoint stores (F32 of the fixtures; F16, F64, I64 and U8 written here) included."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = copy(arch, tmp_path / "m")
+    t, _ = files.read_tensors(folder)
+    t = dict(t)
+    first = sorted(t)[0]
+    t["x.f16"], t["x.f64"] = t[first].astype(np.float16), t[first].astype(np.float64)
+    t["x.i64"], t["x.u8"] = np.arange(7, dtype=np.int64) - 3, np.arange(5, dtype=np.uint8)
+    save_file(t, str(folder / "model.safetensors"))
+    want = load_file(str(folder / "model.safetensors"))
+    got = files.parse_safetensors((folder / "model.safetensors").read_bytes(), folder)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
 def test_pytorch_bin_with_torch(tmp_path):
     torch = pytest.importorskip("torch")
     folder = tmp_path / "m"
@@ -286,6 +308,19 @@ def test_corrupt_weights(tmp_path):
     folder = copy("bert", tmp_path / "m")
     (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{broken")
     with pytest.raises(ConfigError, match=r"model.safetensors: not a safetensors file"):
+        load(folder)
+
+
+def test_truncated_and_unknown_dtype_weights(tmp_path):
+    """A file cut short (offsets past its end) and a dtype simlab cannot read (FP8) are refused
+    naming the file and the tensor."""
+    folder = copy("bert", tmp_path / "m")
+    raw = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(raw[:-4])
+    with pytest.raises(ConfigError, match=r"model.safetensors: tensor '.*': its offsets do not"):
+        load(folder)
+    write_safetensors(folder / "model.safetensors", {"a": ("F8_E4M3", np.zeros(4, np.uint8))})
+    with pytest.raises(ConfigError, match=r"tensor 'a' has dtype F8_E4M3, which simlab cannot"):
         load(folder)
 
 

@@ -58,7 +58,7 @@ def test_a_later_range_of_layers_starts_from_the_real_hidden_state(arch):
 def test_attention_weights_match_hf(arch):
     """The plain path's full weights of each layer against HF's attentions (float64)."""
     from simlab.core import block
-    from simlab.core.lab import knob_arrays
+    from simlab.core.knobs import knob_arrays
 
     oracle = np.load(FIXTURES / arch / "oracle.npz")
     with jax.enable_x64(True):

@@ -55,7 +55,7 @@ def test_an_untrained_rotary_block_against_numpy():
     rotated queries and keys (causal and not)."""
     from simlab.core import block
     from simlab.core.init import init_params
-    from simlab.core.lab import knob_arrays
+    from simlab.core.knobs import knob_arrays
     from simlab.core.spec import BlockSpec
 
     for causal in (False, True):
@@ -79,7 +79,8 @@ def test_an_untrained_rotary_block_against_numpy():
 @pytest.mark.parametrize("kind", ["attention", "pre_ln", "parallel2"])
 def test_rotary_engine_paths_agree(kind):
     """Hoisted and tiled paths against the plain one on an untrained rotary block (float64)."""
-    from simlab.core.lab import Lab, knob_arrays
+    from simlab.core.knobs import knob_arrays
+    from simlab.core.lab import Lab
     from simlab.core.spec import BlockSpec, InputSpec
 
     block = BlockSpec(kind=kind, d_model=16, n_heads=2, rotary_pct=1.0, causal=True, depth=2)

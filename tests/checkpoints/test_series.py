@@ -12,7 +12,8 @@ import jax
 import numpy as np
 import pytest
 
-from simlab.checkpoints import load, series
+from simlab.checkpoints import load
+from simlab.studies import series
 
 FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "checkpoints"
 ARCHS = ("bert", "roberta", "gpt2", "gpt_neox", "gpt_neox_sequential")

@@ -4,6 +4,9 @@ weights), and the refusals."""
 
 from __future__ import annotations
 
+import builtins
+import collections
+import io
 import json
 import pathlib
 import shutil
@@ -44,6 +47,49 @@ def test_the_experiment_runs_on_the_fixture(tmp_path):
     assert meta["config"]["block"]["activation"] == "gelu_exact"
     # the resolved config reads back to the same fingerprint
     assert fingerprint(load_config(meta["config"]).to_dict()) == meta["fingerprint"]
+
+
+def test_a_sweep_reads_each_checkpoint_file_once(tmp_path, monkeypatch):
+    """From the [checkpoint] table to the block, a sweep opens config.json and the weights file
+    once each (the weight source reads, hashes and parses the same bytes)."""
+    ck = shutil.copytree(FIXTURES / "bert", tmp_path / "ck").resolve()
+    reads = collections.Counter()
+    real = io.open
+
+    def counting(file, *args, **kwargs):
+        if isinstance(file, (str, pathlib.Path)) and pathlib.Path(file).resolve().parent == ck:
+            reads[pathlib.Path(file).name] += 1
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", counting)
+    monkeypatch.setattr(builtins, "open", counting)
+    res = simlab.run_sweep(config(ck), out=tmp_path / "run", quiet=True)
+    assert res.meta["config"]["checkpoint"]["files"].keys() == {"config.json", "model.safetensors"}
+    assert reads == {"config.json": 1, "model.safetensors": 1}
+
+
+@pytest.mark.parametrize(
+    "tensor,bad",
+    [
+        ("encoder.layer.0.attention.self.query.weight", np.nan),  # a layer below the one studied
+        ("encoder.layer.1.output.dense.weight", np.inf),
+        ("embeddings.word_embeddings.weight", -np.inf),
+    ],
+)
+def test_a_non_finite_weight_is_refused_at_load_naming_file_and_tensor(tmp_path, tensor, bad):
+    from safetensors.numpy import save_file
+
+    moved = shutil.copytree(FIXTURES / "bert", tmp_path / "ck")
+    t, _ = files.read_tensors(moved)
+    t = {k: np.array(v) for k, v in t.items()}
+    t[tensor].reshape(-1)[3] = bad
+    save_file(t, str(moved / "model.safetensors"))
+    message = rf"model.safetensors: tensor '{tensor}' holds 1 NaN or Inf values"
+    with pytest.raises(ConfigError, match=message):
+        load(moved)
+    with pytest.raises(ConfigError, match=message):
+        simlab.run_sweep(config(moved), out=tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
 
 
 def test_the_fingerprint_names_the_files_not_the_folder(tmp_path):
@@ -90,7 +136,10 @@ def test_a_lab_given_weights_is_fingerprinted_by_them():
     "change,message",
     [
         ({"block": {"d_model": 32}}, r"block.d_model: 32 differs from the checkpoint's 16"),
-        ({"block": {"qk_norm": "rmsnorm"}}, r"block.qk_norm: 'rmsnorm' cannot be set on trained"),
+        (
+            {"block": {"qk_norm": "rmsnorm"}},
+            r"block.qk_norm: 'rmsnorm' differs from the checkpoint's 'none'",
+        ),
         ({"checkpoint": {"layer": 2}}, r"checkpoint.layer: \[2\] is outside the checkpoint's"),
         ({"checkpoint": {"layer": 1}, "block": {"depth": 2}}, r"checkpoint.layer: \[1, 2\] is"),
         ({"checkpoint": {"path": "/nowhere/x"}}, r"checkpoint.path: '/nowhere/x' does not exist"),

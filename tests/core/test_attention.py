@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from simlab.core import attention
-from simlab.core.knobs import knob_defaults
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays, knob_defaults
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 
 from conftest import np_layernorm, np_softmax

@@ -21,8 +21,8 @@ from scipy.special import erf
 
 from simlab.core import block, tiled
 from simlab.core.init import init_params, layer
-from simlab.core.knobs import knob_defaults
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays, knob_defaults
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 
 from conftest import np_gelu_tanh, np_layer, np_pattern_weights

@@ -7,7 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 
 FACTOR_POINTS = [

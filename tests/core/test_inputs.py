@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from simlab import testing
 from simlab.core import inputs, metrics
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -162,13 +164,15 @@ def test_drift_is_exact_common_shift(kind):
     spec = InputSpec(kind=kind, batch=BIG[0], length=BIG[1], vocab=30, embed_std=1.0)
     d = BIG[2]
     key = jax.random.PRNGKey(17)
-    u_b = np.asarray(inputs.components(spec, d, key)["u_b"], np.float64)
+    weights = testing.weights_for(kind, d_model=d, vocab=30)  # a trained kind's layers
+    u_b = np.asarray(inputs.components(spec, d, key, weights=weights)["u_b"], np.float64)
     assert u_b.shape == (1, 1, d)
     assert abs(np.linalg.norm(u_b) - 1) < 4 * EPS32
-    x0 = np.asarray(inputs.sample(spec, d, key, {"drift_norm": 0.0, "input_corr": 0.4}), np.float64)
+    x0 = inputs.sample(spec, d, key, {"drift_norm": 0.0, "input_corr": 0.4}, weights)
+    x0 = np.asarray(x0, np.float64)
     for n in (0.5, 1e3):
         xn = np.asarray(
-            inputs.sample(spec, d, key, {"drift_norm": n, "input_corr": 0.4}), np.float64
+            inputs.sample(spec, d, key, {"drift_norm": n, "input_corr": 0.4}, weights), np.float64
         )
         tol = EPS32 * (np.abs(x0).max() + n)
         np.testing.assert_allclose(xn - x0, np.broadcast_to(n * u_b, xn.shape), rtol=0, atol=tol)

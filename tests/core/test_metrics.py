@@ -74,6 +74,23 @@ def test_mean_pairwise_cos_all_zero_is_zero_not_nan():
     assert float(g) == 0.0 and float(w) == 0.0
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_token_makes_the_cosines_nan_never_a_number(bad):
+    """A NaN or Inf in one token gives NaN cosines (global, within its sequence, centred),
+    never the plausible 0 that `where(norm > 0, ..., 0)` made of it; the other sequences'
+    within-sequence cosines stay finite and a zero token still counts as 0."""
+    x = rng(5).standard_normal((2, 4, 3)).astype(np.float32)
+    x[0, 1, 2] = bad
+    x[1, 0] = 0.0
+    u = np.asarray(metrics.unit_vectors(jnp.asarray(x)))
+    assert np.all(np.isnan(u[0, 1])) and np.all(u[1, 0] == 0.0) and np.isfinite(u[1]).all()
+    g, w = anisotropy(jnp.asarray(x))
+    assert np.isnan(float(g)) and np.isnan(float(w))
+    assert np.isnan(float(mean_pairwise_cos(jnp.asarray(x[0]))))
+    assert np.isfinite(float(mean_pairwise_cos(jnp.asarray(x[1]))))
+    assert np.isnan(float(metrics.anisotropy_centred(jnp.asarray(x))[0]))
+
+
 def test_mean_pairwise_cos_identical_and_antipodal():
     v = rng(3).standard_normal(9).astype(np.float32)
     same = np.tile(v, (6, 1)) * np.array([[1.0], [2.0], [0.5], [7.0], [1e-3], [3.0]], np.float32)

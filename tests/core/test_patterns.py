@@ -19,8 +19,8 @@ import pytest
 from simlab import testing
 from simlab.core import block, patterns, tiled
 from simlab.core.init import init_params
-from simlab.core.knobs import knob_defaults
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays, knob_defaults
+from simlab.core.lab import Lab
 from simlab.core.metrics import METRICS
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.errors import ConfigError
@@ -258,9 +258,9 @@ def test_a_registered_pattern_is_read_everywhere():
     try:
         i = InputSpec(kind="gaussian", batch=2, length=8)
         spec = BlockSpec(d_model=16, n_heads=4, pattern="mirror").validate()
-        inert = inert_knobs(spec, i)
+        inert = inert_knobs(spec, i, ())
         assert "pattern_beta" not in inert and "replaces the softmax" in inert["temperature"]
-        uniform = inert_knobs(BlockSpec(d_model=16, n_heads=4, pattern="uniform"), i)
+        uniform = inert_knobs(BlockSpec(d_model=16, n_heads=4, pattern="uniform"), i, ())
         assert (
             "'shared', 'token'" in uniform["pattern_beta"] and "'mirror'" in uniform["pattern_beta"]
         )

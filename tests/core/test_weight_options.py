@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from simlab.core.init import init_params
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.errors import ConfigError
 

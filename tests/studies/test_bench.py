@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.studies import bench
 

@@ -10,7 +10,8 @@ import pytest
 import simlab
 from simlab import plot
 from simlab.cli import main as cli_main
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.engine import select
 from simlab.engine.results import Results

@@ -19,7 +19,7 @@ import pytest
 import simlab
 from simlab import cli
 from simlab.core import block
-from simlab.core.lab import knob_arrays
+from simlab.core.knobs import knob_arrays
 from simlab.errors import ConfigError
 from simlab.studies import train_dynamics
 from simlab.studies.train_dynamics import config, corpus, loop, stats

@@ -12,7 +12,7 @@ import simlab
 from simlab import testing
 from simlab.core.block import layer_apply
 from simlab.core.init import init_params, layer
-from simlab.core.lab import knob_arrays
+from simlab.core.knobs import knob_arrays
 from simlab.core.spec import BlockSpec
 
 

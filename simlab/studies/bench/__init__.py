@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from simlab.errors import ConfigError
 from simlab.studies.bench.flops import dot_flops, flop_counts, traced_flops
 from simlab.studies.bench.report import _gf, format_table
 from simlab.studies.bench.workers import _cpu_seconds, _foreign_cpu, machine_info, run_worker
@@ -327,13 +328,9 @@ def run_bench(
     names = known if not only else list(only)
     for n in names:
         if n not in known:
-            from simlab.errors import ConfigError
-
             raise ConfigError(f"bench --only: unknown workload {n!r}; allowed: {', '.join(known)}")
     for flag, value in (("--repeats", repeats), ("--rounds", rounds)):
         if value is not None and value < 1:
-            from simlab.errors import ConfigError
-
             raise ConfigError(f"bench {flag}: {value} must be >= 1")
     if torch_device is not None and any(n in PEERS for n in names) and not _has_torch():
         log(

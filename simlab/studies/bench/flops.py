@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
+from simlab.engine.config import load_config
 from simlab.studies.bench.workloads import _log_axis
 
 
@@ -51,8 +54,6 @@ def traced_flops(lab) -> tuple[int, int]:
     import jax
     from jax._src.interpreters import partial_eval as pe
 
-    from simlab.core.lab import knob_arrays
-
     key = jax.random.PRNGKey(0)
     state = jax.eval_shape(lab.seed_state, key)
     point = jax.make_jaxpr(lab.point)(state, knob_arrays({})).jaxpr
@@ -64,8 +65,6 @@ def traced_flops(lab) -> tuple[int, int]:
 def flop_counts(config: dict) -> dict[str, Any]:
     """Traced FLOPs of a workload's engine Lab and of the plain Lab the per-point loops run:
     {"path", "engine_per_point", "engine_per_seed", "plain_per_point", "plain_per_seed"}."""
-    from simlab.core.lab import Lab
-    from simlab.engine.config import load_config
 
     cfg = load_config({**config, "axes": config.get("axes") or [_log_axis("q_scale", 1, 2, 2)]})
     engine = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics)

@@ -24,13 +24,18 @@ from typing import Any
 
 import numpy as np
 
+from simlab import theory
+from simlab.engine import levelset, refine
+from simlab.engine.config import load_config
+from simlab.engine.sweep import run_sweep
+from simlab.studies.reproduce.experiments import experiment_config
+
 TARGETS = {"ratio": 8.0, "deviation_cells": 1.0}
 
 
 def dense_config(config: dict) -> dict:
     """The dense grid of a refined config's finest lattice: the same tables, each refined axis
     with num = (num - 1) 2^levels + 1, no [refine]."""
-    from simlab.engine.config import load_config
 
     cfg = load_config(config)
     out = copy.deepcopy({k: v for k, v in config.items() if k != "refine"})
@@ -43,7 +48,6 @@ def dense_config(config: dict) -> dict:
 def paper_map(levels: int = 3, quick: bool = True) -> dict:
     """experiments/paper_refined.toml (its [quick] sizes unless quick is False) with `levels`
     refinement levels: 3 puts the boundary on the 97 x 97 lattice."""
-    from simlab.studies.reproduce.experiments import experiment_config
 
     cfg = experiment_config("paper_refined", quick)
     cfg["refine"] = {**cfg["refine"], "levels": levels}
@@ -54,9 +58,6 @@ def predicted_points(config: dict) -> list[int]:
     """Points per refinement level of a paper-protocol config (post-LN or attention block with
     BERT init on embeddings, axes drift_norm and lambda = q_scale = k_scale) refined against
     the closed-form attention entropy simlab.theory.paper_entropy at its sizes."""
-    from simlab import theory
-    from simlab.engine import refine
-    from simlab.engine.config import load_config
 
     cfg = load_config(config)
     lat = refine.Lattice.from_config(cfg)
@@ -80,8 +81,6 @@ def refine_vs_dense(
     """Run the refined sweep of `config` and the dense grid of its finest lattice (into
     out/refined and out/dense when given; finished ones reload) and compare them (module
     docstring)."""
-    from simlab.engine import levelset
-    from simlab.engine.sweep import run_sweep
 
     out = None if out is None else Path(out)
     t0 = time.perf_counter()

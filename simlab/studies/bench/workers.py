@@ -13,6 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from simlab.core.lab import Lab
+from simlab.engine.compile import grid_knobs
+from simlab.engine.config import load_config
+from simlab.engine.records import versions
+from simlab.engine.sweep import run_sweep
+from simlab.studies.bench import torch_loop
+
 
 # ----------------------------------------------------------------------------- workers
 def _rss_mb() -> float:
@@ -70,7 +77,6 @@ def worker_engine(config: dict, repeats: int) -> dict[str, Any]:
     validation, compilation (from the compilation cache this process was given, if it holds
     the programs), the per-seed draws, the points and the merge. With repeats > 1 the best
     compute time of the later runs is the steady state (the compiled programs are reused)."""
-    from simlab.engine.sweep import run_sweep
 
     out = _baseline()
     runs = []
@@ -111,9 +117,6 @@ def worker_warm(config: dict) -> dict[str, Any]:
     `config` on that cache then compiles nothing, whatever the cache held before."""
     import tempfile
 
-    from simlab.engine.config import load_config
-    from simlab.engine.sweep import run_sweep
-
     cfg = load_config(config)
     mb = cfg.sweep.micro_batch
     units = cfg.sweep.seeds * -(-cfg.n_points // mb) if mb else 1  # 1: the whole sweep
@@ -127,8 +130,6 @@ def worker_torch(config: dict, device: str = "cpu") -> dict[str, Any]:
     """Time the PyTorch eager per-point loop (simlab.studies.bench.torch_loop) on a peer
     workload's grid."""
     import numpy as np
-
-    from simlab.studies.bench import torch_loop
 
     axes = {
         a["name"]: np.geomspace(a["start"], a["stop"], a["num"]).tolist() for a in config["axes"]
@@ -150,10 +151,6 @@ def worker_loop(config: dict, loop_points: int | None) -> dict[str, Any]:
     subset of `loop_points` of them per seed."""
     import jax
     import numpy as np
-
-    from simlab.core.lab import Lab
-    from simlab.engine.compile import grid_knobs
-    from simlab.engine.config import load_config
 
     out = _baseline()
     cfg = load_config(config)
@@ -250,8 +247,6 @@ def run_worker(
 def machine_info() -> dict[str, Any]:
     """CPU model, cores, memory, OS, versions, device, load average."""
     import jax
-
-    from simlab.engine.records import versions
 
     cpu = platform.processor() or platform.machine()
     try:

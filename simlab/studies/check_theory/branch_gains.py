@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+import simlab
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import shrink_cell, verdict_from
 from simlab.theory import gains
@@ -37,7 +38,6 @@ BASE = dict(
 
 def _run(cfg: dict, size: dict, block: dict, axis: dict, metrics: list[str]) -> dict:
     """One size: per-seed arrays (axis, seeds) of the metrics and per-seed covariates (layer 0)."""
-    import simlab
 
     res = simlab.run_sweep(
         block={**BASE["block"], **block, **size["block"]},
@@ -112,6 +112,7 @@ def _verdict(cfg, comparison: Comparison):
 def _figure(res: ClaimResult, path: Path) -> None:
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     d = res.data

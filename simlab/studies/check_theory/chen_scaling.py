@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simlab import theory
+from simlab.engine.sweep import run_sweep
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import (
     fmt,
@@ -88,7 +89,6 @@ def sweep_gaussian(rho: float, n: int, ratios, *, d: int, seeds: int, seed: int)
     query of the sequence counts (the direct simulation above uses the first n_query).
     Returns the seed means of (out_cos_within, input_cos_within) over the gamma / gamma_c
     grid."""
-    from simlab.engine.sweep import run_sweep
 
     beta = np.asarray(ratios) * float(theory.chen_gamma_c(rho)) * math.log(n)
     cfg = {
@@ -297,6 +297,7 @@ def verdict(cfg, comparison: Comparison):
 def figure(res: ClaimResult, path: Path):
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     d = res.data

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from simlab.engine.config import experiments_dir
 from simlab.errors import ConfigError
 from simlab.registry import BUILTIN, Registry, require
 
@@ -98,7 +99,6 @@ class Claim:
 
     def config_path(self, config_dir: str | Path | None = None) -> Path:
         """The TOML file this claim's sizes and criterion are read from."""
-        from simlab.engine.config import experiments_dir
 
         folder = Path(config_dir if config_dir is not None else experiments_dir())
         return folder / (self.config if self.config is not None else f"theory_{self.name}.toml")

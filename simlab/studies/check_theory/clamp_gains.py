@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+import simlab
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import shrink_cell, verdict_from
 from simlab.theory import gains
@@ -43,7 +44,6 @@ def _size_name(size: dict) -> str:
 def _run(cfg: dict, size: dict, pattern: str) -> dict:
     """One pattern at one size: metric -> (beta, drift, seeds) (uniform: one beta row), and the
     seeds' covariates (layer 0)."""
-    import simlab
 
     drift = dict(name="drift_norm", values=list(cfg["drift_norm"]))
     beta = dict(name="pattern_beta", values=list(cfg["pattern_beta"]))
@@ -223,6 +223,7 @@ def verdict(cfg, comparison: Comparison):
 def figure(res: ClaimResult, path: Path) -> None:
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     d = res.data

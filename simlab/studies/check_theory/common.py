@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from simlab.engine.tomlio import read_toml
 from simlab.errors import ConfigError
 from simlab.studies.check_theory.claim import Claim, lookup
 
@@ -22,7 +23,6 @@ def load_config(
     (Claim.config_path: <config_dir>/theory_<claim>.toml by default, config_dir defaulting to
     the experiments/ folder), the one source of check-theory's sizes, then `overrides` (keys
     of that table only)."""
-    from simlab.engine.tomlio import read_toml
 
     claim = lookup(claim)
     path = claim.config_path(config_dir)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+import simlab
 from simlab import theory
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import shrink_cell
@@ -45,7 +46,6 @@ def sweep_size(size: dict, cfg: dict) -> dict:
     """One size through simlab.run_sweep: the lambda axis, the seed-mean attn_entropy over
     (drift N, lambda), and lambda_sim(N) where it crosses `level` (crossing, on the sweep's
     own float32 means)."""
-    import simlab
 
     res = simlab.run_sweep(
         block=dict(kind="post_ln", d_model=size["d_model"], n_heads=size["n_heads"], mlp=False),
@@ -134,6 +134,7 @@ def verdict(cfg, comparison: Comparison):
 def figure(res: ClaimResult, path: Path):
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     fig = Figure(figsize=(6.4, 4.4))

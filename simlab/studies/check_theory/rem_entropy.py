@@ -145,6 +145,7 @@ def figure(res: ClaimResult, path: Path):
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     d = res.data

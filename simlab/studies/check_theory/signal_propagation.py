@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+import simlab
 from simlab import theory
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import shrink_cell, verdict_from
@@ -30,7 +31,6 @@ METRICS = ("out_cos", "out_cos_within")
 def sweep_stack(kind: str, size: dict, cfg: dict) -> dict:
     """One kind of stack at one size through simlab.run_sweep: the seed means of out_cos and
     out_cos_within, (temperature, layer) each."""
-    import simlab
 
     res = simlab.run_sweep(
         block=dict(
@@ -136,6 +136,7 @@ def figure(res: ClaimResult, path: Path):
     marker and the dashed line of the first stay visible under the second."""
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     d = res.data

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+import simlab
 from simlab.errors import ConfigError
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import shrink_cell, verdict_from
@@ -76,7 +77,6 @@ def sweep_claim(
         raise ConfigError(f"sweep claim {name!r}: prediction must be callable (knobs, size)")
 
     def simulate(cfg: dict) -> dict:
-        import simlab
 
         runs = {}
         for i, size in enumerate(cfg["sizes"]):
@@ -132,6 +132,7 @@ def sweep_claim(
     def figure(result: ClaimResult, path: Path) -> None:
         from matplotlib.figure import Figure
 
+        # deferred: matplotlib (heavy), loaded only when a figure is drawn
         from simlab import plot
 
         fig = Figure(figsize=plot.FIGSIZE)

@@ -300,6 +300,7 @@ def verdict(cfg, comparison: Comparison) -> str:
 def figure(res: ClaimResult, path: Path):
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab import plot
 
     d = {k: np.array(v) for k, v in res.data.items()}

@@ -18,6 +18,7 @@ from simlab import plot
 from simlab.engine.config import load_config
 from simlab.engine.results import Results
 from simlab.engine.store import check_writable
+from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
 from simlab.studies.reproduce.experiments import (
     Variant,
@@ -43,7 +44,6 @@ class Run:
     def sweep(self, name: str, variant: Variant | None = None) -> Results:
         """Run (or reload) the sweep of experiments/<name>.toml into out/data/<name> (a variant:
         out/data/<name>/<variant name>)."""
-        from simlab.engine.sweep import run_sweep
 
         if variant is None and self.variants(name) is not None:
             raise ConfigError(f"{name}.toml declares [variants]: draw it with kind = 'variants'")

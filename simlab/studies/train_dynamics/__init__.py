@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 from simlab.engine import records, results
+from simlab.engine.store import check_writable
 from simlab.studies.train_dynamics import corpus
 from simlab.studies.train_dynamics.config import TrainConfig, load
 from simlab.studies.train_dynamics.figures import make_figures
@@ -102,7 +103,6 @@ def study(
     save results and OUT/summary.json, log the summaries and the overall verdict, draw the
     figures into `figures` (None: none). Returns the summary."""
     cfg = load(quick, overrides or {})
-    from simlab.engine.store import check_writable
 
     out = check_writable(
         out or ("runs/train-dynamics-quick" if quick else "runs/train-dynamics"), "--out"

@@ -11,6 +11,8 @@ from typing import Any
 
 from simlab.core.spec import BlockSpec
 from simlab.engine import records
+from simlab.engine.config import experiments_dir
+from simlab.engine.tomlio import read_toml
 from simlab.errors import ConfigError
 from simlab.studies.train_dynamics import corpus
 from simlab.validate import check_fields, check_int, check_positive
@@ -148,8 +150,6 @@ def load(quick: bool = False, overrides: dict[str, Any] | None = None) -> TrainC
     """TrainConfig from experiments/train_dynamics.toml ([train], with [quick] applied when
     quick, and [criteria]), then `overrides` (field -> value), validated; an unknown field is a
     ConfigError."""
-    from simlab.engine.config import experiments_dir
-    from simlab.engine.tomlio import read_toml
 
     path = experiments_dir() / "train_dynamics.toml"
     raw = read_toml(path)

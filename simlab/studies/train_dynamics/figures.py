@@ -34,6 +34,7 @@ def _seed_curve(res: Results, metric: str, layer: int, fn=None):
 
 def _plot(ax, res, name, metric, layer, y_label, y_log=False, fn=None, ls=None, what=""):
     """One layer of one corpus, band = min..max over seeds; NaN points dropped."""
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab.plot import curves
 
     x, m, lo, hi = _seed_curve(res, metric, layer, fn)
@@ -82,6 +83,7 @@ def make_figures(runs: dict[str, Results], fig_dir) -> list[Path]:
     column per corpus family, one line per corpus and layer."""
     from matplotlib.figure import Figure
 
+    # deferred: matplotlib (heavy), loaded only when a figure is drawn
     from simlab.plot import save_figure
 
     fig_dir, paths, fam = Path(fig_dir), [], families(runs)

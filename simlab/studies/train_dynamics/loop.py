@@ -18,7 +18,8 @@ import numpy as np
 import optax
 
 from simlab.core import block
-from simlab.core.lab import Lab, knob_arrays
+from simlab.core.knobs import knob_arrays
+from simlab.core.lab import Lab
 from simlab.core.spec import InputSpec
 from simlab.engine import records, results
 from simlab.studies.train_dynamics import corpus

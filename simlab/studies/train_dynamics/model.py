@@ -13,7 +13,7 @@ import optax
 
 from simlab.core import attention, block
 from simlab.core.init import init_params
-from simlab.core.lab import knob_arrays
+from simlab.core.knobs import knob_arrays
 from simlab.core.spec import BlockSpec
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ import numpy as np
 
 from simlab.checkpoints.checkpoint import load_series, step_of
 from simlab.core import attention, block, metrics
-from simlab.core.lab import knob_arrays
+from simlab.core.knobs import knob_arrays
 from simlab.errors import ConfigError
 
 HEAD_QUANTITIES = ("q_mean_norm", "k_mean_norm", "qk_mean_cos", "entropy")
