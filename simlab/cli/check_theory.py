@@ -26,8 +26,9 @@ def add_arguments(parser) -> None:
         "--figures-dir",
         default=None,
         metavar="DIR",
-        help="where theory_<claim>.png go (default: figures/, or figures/quick/ with --quick, "
-        "so a quick run never overwrites the committed full-size figures)",
+        help="where theory_<claim>.png go (default: runs/check-theory/, or "
+        "runs/check-theory-quick/ with --quick: a run never rewrites the project's committed "
+        "figures; --figures-dir figures/quick redraws those)",
     )
     parser.add_argument("--no-figures", action="store_true", help="do not write figures")
     parser.add_argument(
@@ -67,7 +68,7 @@ def cli_main(args) -> int:
     bad = [c for c in claims if c not in CLAIMS]
     if bad:
         raise ConfigError(f"--claims: unknown {bad}; allowed: {', '.join(every)}")
-    default_dir = "figures/quick" if args.quick else "figures"
+    default_dir = "runs/check-theory-quick" if args.quick else "runs/check-theory"
     figures_dir = None if args.no_figures else (args.figures_dir or default_dir)
     if getattr(args, "from_json", None):
         results = rescore_json(args.from_json, claims, figures_dir=figures_dir)

@@ -3,6 +3,8 @@ query/key drift, sharpness and anisotropy (simlab.studies.train_dynamics)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from simlab.studies.train_dynamics import GROUPS, corpus
 
 
@@ -34,7 +36,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--figures",
         default=None,
-        help="figure directory (default: figures/ for a full run, figures/quick/ for --quick)",
+        help="figure directory (default: OUT/figures; the committed ones are redrawn with "
+        "--out figures/data/train-dynamics --figures figures, docs/training.md)",
     )
     parser.add_argument("--no-figures", action="store_true", help="write no figures")
     parser.add_argument("--steps", type=int, default=None, help="override the number of steps")
@@ -52,14 +55,14 @@ def cli_main(args) -> int:
     """Train (or reload with --plot-only), print the summaries and the overall verdict, draw
     the figures."""
     # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
-    from simlab.studies.train_dynamics import study
+    from simlab.studies.train_dynamics import default_out, study
 
     overrides = {
         n: getattr(args, n) for n in ("steps", "seeds", "seed") if getattr(args, n) is not None
     }
     figures = None
     if not args.no_figures:
-        figures = args.figures or ("figures/quick" if args.quick else "figures")
+        figures = args.figures or Path(args.out or default_out(args.quick)) / "figures"
     study(
         args.quick,
         overrides,

@@ -4,8 +4,8 @@ Each claim is a `Claim` (check_theory.claim): simulate(cfg) -> data, compare(cfg
 Comparison, verdict(cfg, comparison) and figure(result, path), registered in CLAIMS with
 `register`; the driver `check(claim, cfg)` turns them into one row of the table (sizes,
 predicted, simulated, error, whether the error shrinks with size, verdict) plus detail rows,
-and the figure theory_<claim>.png (in figures/, or figures/quick/ for --quick) draws the
-prediction over the simulation.  The eleven claims of simlab.theory, in table order:
+and the figure theory_<claim>.png (in --figures-dir, default runs/check-theory[-quick]/) draws
+the prediction over the simulation.  The eleven claims of simlab.theory, in table order:
 rem_entropy, gg_attention, chen_scaling, zhai_bound, dong_collapse (with dong_constant),
 freezing_line, signal_propagation (one module each), uniform_gain, shared_gain, mean_field_gain
 (branch_gains) and clamp_gains.  Claims 1-5 simulate directly in jnp with the reference

@@ -89,6 +89,11 @@ def selected(cfg: TrainConfig, names) -> tuple[str, ...]:
     return tuple(n for n in corpus.CORPORA if n in chosen)
 
 
+def default_out(quick: bool) -> Path:
+    """Where a run goes without --out (its figures in OUT/figures unless --figures says)."""
+    return Path("runs/train-dynamics-quick" if quick else "runs/train-dynamics")
+
+
 def study(
     quick: bool = False,
     overrides: dict | None = None,
@@ -104,9 +109,7 @@ def study(
     figures into `figures` (None: none). Returns the summary."""
     cfg = load(quick, overrides or {})
 
-    out = check_writable(
-        out or ("runs/train-dynamics-quick" if quick else "runs/train-dynamics"), "--out"
-    )
+    out = check_writable(out or default_out(quick), "--out")
     names = selected(cfg, corpora)
     cfgs = {n: dataclasses.replace(cfg, corpus=n) for n in names}
     if plot_only:
