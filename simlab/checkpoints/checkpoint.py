@@ -232,6 +232,11 @@ def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
 
 def _architecture(c: Config):
     name = c.cfg.get("model_type")
+    if name is None:
+        c.fail(
+            "model_type",
+            f"missing (config.json names no architecture); supported: {', '.join(ARCHITECTURES)}",
+        )
     if name not in ARCHITECTURES:
         c.fail("model_type", f"{name!r} is not supported; supported: {', '.join(ARCHITECTURES)}")
     return ARCHITECTURES[name]

@@ -35,6 +35,10 @@ def locate(path, where: str = "checkpoint.path") -> pathlib.Path:
     """The directory holding config.json for `path` (a directory, an HF cache snapshot or an
     HF cache model directory models--org--name)."""
     p = pathlib.Path(path).expanduser()
+    if p.is_symlink() and not p.exists():
+        raise ConfigError(
+            f"{where}: {str(p)!r} is a link to {str(p.readlink())!r}, which is missing"
+        )
     if not p.exists():
         raise ConfigError(f"{where}: {str(p)!r} does not exist (nothing is downloaded)")
     if not p.is_dir():
@@ -44,8 +48,14 @@ def locate(path, where: str = "checkpoint.path") -> pathlib.Path:
     snaps = p / "snapshots"
     if p.name.startswith("models--") and snaps.is_dir():
         ref = p / "refs" / "main"
-        if ref.is_file() and (snaps / ref.read_text().strip() / CONFIG).is_file():
-            return snaps / ref.read_text().strip()
+        if ref.is_file():
+            rev = ref.read_text().strip()
+            if (snaps / rev / CONFIG).is_file():
+                return snaps / rev
+            raise ConfigError(
+                f"{where}: {ref} names revision {rev!r}, which is not among the snapshots of "
+                f"{str(p)!r} (with a {CONFIG}); give a snapshot folder, or fix refs/main"
+            )
         found = sorted(s for s in snaps.iterdir() if (s / CONFIG).is_file())
         if len(found) == 1:
             return found[0]

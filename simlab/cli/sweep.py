@@ -59,7 +59,7 @@ def cli_main(args) -> int:
     from simlab.engine.config import default_config_path
     from simlab.engine.schedule import worker_from_env
     from simlab.engine.sweep import run_sweep
-    from simlab.engine.tomlio import apply_overrides, read_toml
+    from simlab.engine.tomlio import apply_overrides, read_config_toml
 
     apply_cache_argument(args)
     if (args.config is None) == (not args.default):
@@ -69,7 +69,7 @@ def cli_main(args) -> int:
         args.out = str(Path("runs") / ("default" if args.default else Path(config).stem))
         print(f"output directory: {args.out} (--out to choose another)")
     if args.set:
-        config = apply_overrides(read_toml(config), args.set)
+        config = apply_overrides(read_config_toml(config), args.set)
     worker = parse_worker(args.worker) if args.worker else worker_from_env()
     init_distributed(args)
     res = run_sweep(

@@ -71,6 +71,8 @@ class LabProtocol(Protocol):
           (without it, the class's qualified name and a sha256 of its module's source stand in);
       check_knobs(swept, fixed): raise ConfigError for knobs the model ignores;
       default_micro_batch() -> int and point_bytes() -> int: sizes for the chunk layout;
+      metric_bounds() -> {metric: (low, high)}: declared ranges; stored values outside them,
+          and every NaN or Inf, are reported on stderr and in meta.json ("numerics");
       covariates(state) -> {name: array}: per-seed statistics of a concrete seed state (e.g.
           of the weights, one value per layer; numpy is fine, it is not traced), computed once
           per seed at the merge and stored with the results as seed-only arrays
@@ -153,6 +155,11 @@ class Lab:
             if self.tiled
             else None
         )
+
+    def metric_bounds(self) -> dict[str, tuple[float, float]]:
+        """Each metric's declared mathematical range (simlab.core.metrics.Metric.bounds): the
+        engine reports stored values outside it (meta.json "numerics")."""
+        return {n: METRICS[n].bounds for n in self.metric_names}
 
     def point_bytes(self) -> int:
         """Working set of one grid point, estimated from the sizes alone (float32 bytes): the

@@ -43,7 +43,7 @@ from simlab.engine.grid import (
     parse_points,
     parse_refine,
 )
-from simlab.engine.tomlio import read_toml
+from simlab.engine.tomlio import read_config_toml
 from simlab.errors import ConfigError
 
 TABLES = ("block", "inputs", "knobs", "axes", "sweep", "points", "refine", "checkpoint")
@@ -325,7 +325,7 @@ def load_config(
             f"config: must be a TOML path, a dict of tables or a SweepConfig, got "
             f"{type(config).__name__} {config!r}"
         )
-    raw = read_toml(config) if isinstance(config, (str, os.PathLike)) else config
+    raw = read_config_toml(config) if isinstance(config, (str, os.PathLike)) else config
     if not isinstance(raw, Mapping):
         raise ConfigError(f"config: must be a table of tables, got {type(raw).__name__}")
     named = load_plugins(raw)  # before anything is validated: plugins add kinds, knobs, metrics

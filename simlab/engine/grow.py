@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import logging
 import os
+import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -389,6 +390,10 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
     extra: dict = {"parts": pieces, "history": history}
     if refined is not None:
         extra["refine"] = refined.describe(cfg.refine)
+    bounds = job.lab.metric_bounds() if hasattr(job.lab, "metric_bounds") else None
+    report = records.numerics(axes, metrics, bounds, seeds.start)
+    for line in records.numerics_lines(report):
+        print(line, file=sys.stderr)
     meta = records.meta_record(
         config=job.resolved,
         fp=fp,
@@ -401,6 +406,7 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
         wall_time_s=time.perf_counter() - job.t0,
         n_processes=jax.process_count(),
         covariate_dims=covariate_dims(cov) if cov else None,
+        numerics_report=report,
         **extra,
     )
     if out_dir is None or not current:

@@ -105,6 +105,8 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
     out = Path(out)
     if (out / "results.npz").exists() and (out / "meta.json").exists():
         res = results.load(out)
+        if (out / "sweep.json").is_file():
+            records.read_sweep(out / "sweep.json")  # an edited record is refused, never shown
         m = res.meta
         lines = [res.summary(), *intervals(res, level)]
         v = m.get("versions", {})

@@ -394,6 +394,10 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         compile_time_s=runner.compile_s,
         compute_time_s=runner.compute_s,
     )
+    bounds = job.lab.metric_bounds() if hasattr(job.lab, "metric_bounds") else None
+    report = records.numerics(axes, metrics, bounds, st.first_seed)
+    for line in records.numerics_lines(report):
+        print(line, file=sys.stderr)
     meta = records.meta_record(
         config=job.resolved,
         fp=job.fp,
@@ -406,6 +410,7 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         wall_time_s=time.perf_counter() - job.t0,
         n_processes=jax.process_count(),
         covariate_dims=covariate_dims(cov) if cov else None,
+        numerics_report=report,
         layout=layout_meta,
     )
     if out is None:

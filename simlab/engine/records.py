@@ -119,7 +119,12 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ResultsError(f"{path}: is not the {what} (a JSON object is expected)")
     schema = obj.get("schema", 1)
-    if not isinstance(schema, int) or isinstance(schema, bool) or schema > SCHEMA:
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+        raise ResultsError(
+            f"{path}: schema {schema!r} is not a schema version (a positive integer); the file "
+            "is not simlab's, or was edited"
+        )
+    if schema > SCHEMA:
         raise ResultsError(
             f"{path}: schema {schema!r} is newer than this simlab reads ({SCHEMA}); "
             "upgrade simlab to read it"
@@ -151,8 +156,50 @@ def sweep_record(fp: str, config: Mapping[str, Any], **composite) -> dict[str, A
 
 
 def read_sweep(path: Path) -> dict[str, Any]:
-    """sweep.json of a sweep directory (or of a part); the schema checked."""
-    return read_json(path, "sweep.json of a sweep directory")
+    """sweep.json of a sweep directory (or of a part); the schema and the fingerprint checked
+    (check_fingerprint)."""
+    rec = read_json(path, "sweep.json of a sweep directory")
+    check_fingerprint(path, rec)
+    return rec
+
+
+def check_fingerprint(path: Path, rec: Mapping[str, Any]) -> None:
+    """A record holding a config and a fingerprint (sweep.json, meta.json) is refused when the
+    config does not hash to the fingerprint (simlab.engine.config.fingerprint): the file was
+    edited. Not judged: another kind's record (a training run) and one with fields this version
+    does not know (written by a newer simlab: check_written_by warns). The error names the
+    file and, where the directory's other record still holds the original config, the first
+    field that differs."""
+    fp, config = rec.get("fingerprint"), rec.get("config")
+    if not isinstance(fp, str) or not isinstance(config, dict):
+        return
+    if rec.get("kind", "sweep") != "sweep" or unknown_fields(rec):
+        return  # another study's rule, or a newer version's fields: check_written_by judges
+    try:
+        ok = cfgmod.fingerprint(config) == fp
+    except (TypeError, ValueError):
+        ok = False
+    if ok:
+        return
+    field = ""
+    for name in ("sweep.json", "meta.json"):
+        other = path.parent / name
+        if other == path or not other.is_file():
+            continue
+        try:
+            orig = json.loads(other.read_text())
+        except (OSError, ValueError):
+            continue
+        same = isinstance(orig, dict) and orig.get("fingerprint") == fp
+        if same and isinstance(orig.get("config"), dict):
+            diff = cfgmod.config_diff(orig["config"], config)
+            if diff and cfgmod.fingerprint(orig["config"]) == fp:
+                field = f"; field {diff[0]} differs from {name}'s"
+                break
+    raise ResultsError(
+        f"{path}: its config does not hash to its fingerprint {fp[:16]} (the file was edited"
+        f"{field}); restore it, or rerun the sweep into a new directory"
+    )
 
 
 def is_sweep_record(obj: Mapping[str, Any]) -> bool:
@@ -315,6 +362,7 @@ def meta_record(
     wall_time_s: float,
     n_processes: int = 1,
     covariate_dims: dict[str, list[str]] | None = None,
+    numerics_report: Mapping[str, Any] | None = None,
     **extra,
 ) -> dict[str, Any]:
     """meta.json of a finished sweep, plain or composite. config: the resolved config (its
@@ -352,9 +400,57 @@ def meta_record(
     }
     if covariate_dims:
         meta["covariates"] = covariate_dims
+    if numerics_report:  # absent when every value is finite and inside its bounds
+        meta["numerics"] = dict(numerics_report)
     if config.get("checkpoint"):  # trained layers: one set of weights for every seed
         meta["seeds_vary"] = "inputs only: the checkpoint's weights are the same for every seed"
     return meta
+
+
+# a metric may pass its declared bounds by float32 rounding (simlab.testing.BOUND_TOL)
+BOUND_TOL = 1e-5
+
+
+def numerics(
+    axes: Mapping[str, np.ndarray],
+    metrics: Mapping[str, np.ndarray],
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+    first_seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Per metric with a problem: how many stored values are NaN or Inf ("non_finite"), how
+    many finite ones lie outside the metric's declared bounds (by more than BOUND_TOL:
+    "out_of_bounds", with the bounds), and the first such point (axis values and the seed).
+    Empty when every value is finite and inside its bounds. meta.json records it as
+    "numerics"; the run prints it on stderr (`numerics_lines`)."""
+    out = {}
+    names = list(axes)
+    for m, x in metrics.items():
+        x = np.asarray(x, np.float64)
+        bad = ~np.isfinite(x)
+        lo, hi = (bounds or {}).get(m, (-np.inf, np.inf))
+        oob = np.isfinite(x) & ((x < lo - BOUND_TOL) | (x > hi + BOUND_TOL))
+        if not bad.any() and not oob.any():
+            continue
+        idx = np.unravel_index(int(np.flatnonzero(bad | oob)[0]), x.shape)
+        point = {n: float(axes[n][i]) for n, i in zip(names, idx)}
+        point["seed"] = first_seed + int(idx[len(names)])
+        rec: dict[str, Any] = {"non_finite": int(bad.sum()), "first": point}
+        if oob.any():
+            rec.update(out_of_bounds=int(oob.sum()), bounds=[float(lo), float(hi)])
+        out[m] = rec
+    return out
+
+
+def numerics_lines(report: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One warning line per metric of a `numerics` report."""
+    lines = []
+    for m, r in report.items():
+        what = [f"{r['non_finite']} NaN or Inf"] if r["non_finite"] else []
+        if r.get("out_of_bounds"):
+            what.append(f"{r['out_of_bounds']} outside its bounds {r['bounds']}")
+        where = ", ".join(f"{k}={v:g}" for k, v in r["first"].items())
+        lines.append(f"simlab: warning: metric {m}: {' and '.join(what)} (first at {where})")
+    return lines
 
 
 def metric_dims(axes, metrics: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
@@ -391,6 +487,7 @@ def read_results(path: str | os.PathLike):
     if not npz.exists() or not mj.exists():
         raise ResultsError(f"{d}: no finished sweep here (need results.npz and meta.json)")
     meta = read_json(mj, "meta.json of a finished sweep")
+    check_fingerprint(mj, meta)
     if not isinstance(meta.get("axes", []), list):
         raise ResultsError(f"{mj}: 'axes' is not a list; the file is not simlab's meta.json")
     try:

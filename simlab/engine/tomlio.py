@@ -38,6 +38,27 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
 
 
+# fields of a config that name files: a relative one is relative to the config file's folder
+PATH_FIELDS = {"checkpoint": ("path", "ids")}
+
+
+def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """read_toml, with every relative path of PATH_FIELDS made relative to the file's folder
+    (as pytest and ruff read theirs; docs/config.md, "Paths"): the config runs from any
+    directory. A `--set` applied afterwards stays relative to the current directory."""
+    raw = read_toml(path)
+    base = Path(path).resolve().parent
+    for table, fields in PATH_FIELDS.items():
+        t = raw.get(table)
+        if not isinstance(t, dict):
+            continue
+        for f in fields:
+            v = t.get(f)
+            if isinstance(v, str) and v and not v.startswith("~") and not Path(v).is_absolute():
+                t[f] = os.path.normpath(base / v)
+    return raw
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """ "block.d_model=128" -> (["block", "d_model"], 128): the value is read as a TOML value
     (numbers, true/false, "strings", [lists], {tables}); a bare word is a string."""

@@ -77,6 +77,30 @@ def test_hf_cache_layout(tmp_path):
         np.testing.assert_array_equal(ck.params["wq"], ref.params["wq"])
 
 
+def test_hf_cache_refs_main_naming_a_missing_revision_is_refused(tmp_path):
+    """refs/main that names a revision the cache does not hold is refused, naming refs/main and
+    the revision (never the only snapshot silently used instead)."""
+    model = tmp_path / "models--org--tiny"
+    shutil.copytree(FIXTURES / "gpt2", model / "snapshots" / "abc123")
+    (model / "refs").mkdir()
+    (model / "refs" / "main").write_text("def456\n")
+    with pytest.raises(ConfigError, match=r"refs/main names revision 'def456', which is not among"):
+        load(model)
+
+
+def test_a_dangling_link_is_named_as_one(tmp_path):
+    (tmp_path / "ck").symlink_to(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"checkpoint.path: '.*ck' is a link to '.*gone', which"):
+        load(tmp_path / "ck")
+
+
+def test_a_missing_model_type_is_named_missing(tmp_path):
+    folder = copy("bert", tmp_path / "m")
+    edit_config(folder, model_type=None)
+    with pytest.raises(ConfigError, match=r"config.json: model_type: missing \(config.json names"):
+        load(folder)
+
+
 def test_sharded_safetensors(tmp_path):
     from safetensors.numpy import save_file
 

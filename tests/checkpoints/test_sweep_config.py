@@ -49,6 +49,29 @@ def test_the_experiment_runs_on_the_fixture(tmp_path):
     assert fingerprint(load_config(meta["config"]).to_dict()) == meta["fingerprint"]
 
 
+def test_config_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
+    """experiments/checkpoint_clamp.toml runs from any directory (its checkpoint.path is
+    relative to its folder); a --set path is relative to the current directory."""
+    from simlab import cli
+
+    monkeypatch.chdir(tmp_path)
+    small = ["--set", "axes.0.num=2", "--quiet"]
+    assert cli.main(["sweep", str(EXPERIMENT), "--out", "a", *small]) == 0
+    rec = json.loads((tmp_path / "a" / "meta.json").read_text())["config"]["checkpoint"]
+    assert pathlib.Path(rec["path"]) == (FIXTURES / "bert").resolve()
+    shutil.copytree(FIXTURES / "bert", tmp_path / "here")
+    assert (
+        cli.main(["sweep", str(EXPERIMENT), "--out", "b", "--set", "checkpoint.path=here"] + small)
+        == 0
+    )
+    rec = json.loads((tmp_path / "b" / "meta.json").read_text())["config"]["checkpoint"]
+    assert (
+        rec["path"] == "here"
+        and rec["files"]
+        == json.loads((tmp_path / "a" / "meta.json").read_text())["config"]["checkpoint"]["files"]
+    )
+
+
 def test_a_sweep_reads_each_checkpoint_file_once(tmp_path, monkeypatch):
     """From the [checkpoint] table to the block, a sweep opens config.json and the weights file
     once each (the weight source reads, hashes and parses the same bytes)."""

@@ -111,6 +111,16 @@ def test_newer_schema_refused(tmp_path, layout_1):
         results.load(d / "plain")
 
 
+@pytest.mark.parametrize("schema", ["2", 0, True, 1.5])
+def test_a_schema_that_is_not_a_version_is_refused_as_such(layout_1, schema):
+    """schema "2" (a string), 0, true or 1.5 is not called newer: it is not a schema version."""
+    d, _ = layout_1
+    meta = json.loads((d / "plain" / "meta.json").read_text())
+    (d / "plain" / "meta.json").write_text(json.dumps({**meta, "schema": schema}))
+    with pytest.raises(ResultsError, match=r"plain/meta.json: schema .* is not a schema version"):
+        results.load(d / "plain")
+
+
 def test_every_committed_fingerprint_recomputes():
     """Every committed result's and fixture's fingerprint is its config's under today's rule
     (figures/data, tests/fixtures): the rule and HASHED_AT_DEFAULT keep them all."""
@@ -200,3 +210,53 @@ def test_training_run_config_is_recognised(tmp_path):
     records.write_results(tmp_path / "run2", axes, {"loss": np.zeros((2, 1))}, meta)
     with pytest.warns(UserWarning, match=r"does not know: novel"):
         results.load(tmp_path / "run2")
+
+
+def _edit(path: Path, change) -> None:
+    rec = json.loads(path.read_text())
+    change(rec)
+    path.write_text(json.dumps(rec))
+
+
+@pytest.mark.parametrize(
+    "file,change,message",
+    [
+        (
+            "sweep.json",
+            lambda r: r["config"]["sweep"].update(seeds=5),
+            r"sweep.json: its config does not hash to its fingerprint .* field sweep.seeds "
+            r"differs from meta.json's",
+        ),
+        (
+            "sweep.json",
+            lambda r: r.update(fingerprint="0" * 64),
+            r"sweep.json: its config does not hash to its fingerprint 0000000000000000",
+        ),
+        (
+            "meta.json",
+            lambda r: r["config"]["block"].update(d_model=32),
+            r"meta.json: its config does not hash to its fingerprint .* field block.d_model "
+            r"differs from sweep.json's",
+        ),
+    ],
+)
+def test_an_edited_record_is_refused_naming_file_and_field(
+    tmp_path, layout_1, file, change, message
+):
+    """sweep.json or meta.json edited by hand (a config field, or the fingerprint itself) is
+    refused when read (info, load, resume), never silently accepted or converted into a
+    composite sweep; the directory is left as it was."""
+    from simlab import cli
+
+    _, mk = layout_1
+    out = tmp_path / "run"
+    run_sweep(mk.PLAIN, out=out, quiet=True)
+    _edit(out / file, change)
+    files = sorted(p.name for p in out.iterdir())
+    with pytest.raises(ResultsError, match=message):
+        if file == "meta.json":
+            results.load(out)
+        else:
+            run_sweep(mk.PLAIN, out=out, quiet=True)
+    assert cli.main(["info", str(out)]) == 2
+    assert sorted(p.name for p in out.iterdir()) == files

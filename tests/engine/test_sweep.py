@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -406,3 +407,42 @@ def test_persistent_compilation_cache(tmp_path):
     assert second < first
     run("off")
     assert not (tmp_path / "off").exists()
+
+
+class NonFiniteLab(ToyLab):
+    """ToyLab whose cosines turn NaN beyond drift 10 and whose entropy declares the range
+    [0, 0.5], so that part of it lies outside its bounds."""
+
+    def point(self, state, knobs):
+        out = super().point(state, knobs)
+        nan = jnp.where(knobs["drift_norm"] > 10, jnp.nan, 1.0)
+        return {**out, "cos": out["cos"] * nan}
+
+    def metric_bounds(self):
+        return {"entropy": (0.0, 0.5), "cos": (-1.0, 1.0)}
+
+
+def test_non_finite_and_out_of_bounds_values_are_stored_and_reported(tmp_path, capsys):
+    """A state that turns non-finite is stored as NaN (never a number), and the run says so on
+    stderr and in meta.json: per metric the count of NaN/Inf, the count outside the declared
+    bounds, and the first such point; counted again here from the stored arrays."""
+    res = run_sweep(TOY, lab=NonFiniteLab(), out=tmp_path / "run", quiet=True)
+    cos, ent = np.asarray(res["cos"]), np.asarray(res["entropy"])
+    drift = np.asarray(res.axes["drift_norm"])
+    assert np.isnan(cos[drift > 10]).all() and np.isfinite(cos[drift <= 10]).all()
+    report = json.loads((tmp_path / "run" / "meta.json").read_text())["numerics"]
+    assert report["cos"]["non_finite"] == int(np.isnan(cos).sum()) > 0
+    assert report["cos"]["first"]["drift_norm"] == float(drift[drift > 10][0])
+    assert "out_of_bounds" not in report["cos"]
+    assert report["entropy"] == {
+        "non_finite": 0,
+        "out_of_bounds": int((ent > 0.5 + 1e-5).sum()),
+        "bounds": [0.0, 0.5],
+        "first": report["entropy"]["first"],
+    }
+    assert report["entropy"]["out_of_bounds"] > 0
+    err = capsys.readouterr().err
+    assert f"metric cos: {report['cos']['non_finite']} NaN or Inf (first at drift_norm=" in err
+    assert "metric entropy: " in err and "outside its bounds [0.0, 0.5]" in err
+    clean = run_sweep(TOY, lab=LAB, out=None, quiet=True)
+    assert "numerics" not in clean.meta  # absent when everything is finite and in bounds

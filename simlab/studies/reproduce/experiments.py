@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from simlab.engine.config import EXPERIMENT_KEYS, apply_quick, experiments_dir
-from simlab.engine.tomlio import apply_overrides, read_toml
+from simlab.engine.tomlio import apply_overrides, read_config_toml, read_toml
 from simlab.errors import ConfigError
 
 VARIANT_TABLES = ("block", "inputs", "knobs", "sweep")
@@ -80,7 +80,7 @@ def experiment_config(
             "simlab repository, installed with pip install -e ., or set "
             "SIMLAB_EXPERIMENTS)"
         )
-    raw = read_toml(path)
+    raw = read_config_toml(path)
     cfg = {k: v for k, v in raw.items() if k not in EXPERIMENT_KEYS}
     if quick:
         cfg = apply_quick(cfg, _no_variants(raw.get("quick")), f"{path}: quick")
