@@ -49,6 +49,7 @@ from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.core.tiled import Tiling, choose_tiling
 from simlab.errors import ConfigError
+from simlab.registry import BUILTIN
 
 # Working set of a micro-batch (Lab.default_micro_batch): large points run best one per call,
 # tiny blocks need many points per call (docs/performance.md, "Findings cited in the code").
@@ -155,6 +156,17 @@ class Lab:
             if self.tiled
             else None
         )
+
+    def check_metric_shapes(self) -> None:
+        """Trace one point abstractly (jax.eval_shape, no compute) when a requested metric is a
+        plugin's, so that one returning other than a number per layer is refused
+        (simlab.core.metrics.layer_metrics) before a sweep writes anything; simlab's own
+        metrics are scalars by construction (tests/core/test_metrics.py)."""
+        if all(METRICS.source(n) == BUILTIN for n in self.metric_names):
+            return
+        state = jax.eval_shape(self.seed_state, jax.random.PRNGKey(0))
+        dtype = jnp.result_type(float)
+        jax.eval_shape(self.point, state, {k: jax.ShapeDtypeStruct((), dtype) for k in KNOBS})
 
     def metric_bounds(self) -> dict[str, tuple[float, float]]:
         """Each metric's declared mathematical range (simlab.core.metrics.Metric.bounds): the

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from simlab.core import attention
 from simlab.core.block import Layer
 from simlab.core.linalg import top_eigenvalue, unit_vectors
+from simlab.errors import ConfigError
 from simlab.registry import BUILTIN, Registry, require
 
 
@@ -408,6 +409,18 @@ def needs_full_weights(names) -> bool:
 
 
 def layer_metrics(names, causal: bool, layer) -> dict[str, jax.Array]:
-    """The requested metrics of one layer (simlab.core.block.Layer)."""
+    """The requested metrics of one layer (simlab.core.block.Layer). A metric whose fn does not
+    return a scalar is refused while the sweep is traced (its preflight: nothing computed or
+    written), naming the metric and the module that registered it."""
     shared = Shared(layer, causal)
-    return {n: METRICS[n].fn(shared) for n in names}
+    out = {}
+    for n in names:
+        v = METRICS[n].fn(shared)
+        if jnp.shape(v) != ():
+            raise ConfigError(
+                f"metric {n!r} (registered by {METRICS.source(n)}): returns shape "
+                f"{tuple(jnp.shape(v))} per layer; a Metric's fn returns one number per layer "
+                "(simlab.core.metrics.Metric)"
+            )
+        out[n] = v
+    return out

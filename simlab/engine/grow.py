@@ -314,6 +314,18 @@ def _finished(out: Path, fp: str) -> results.Results | None:
     return res if res.meta.get("fingerprint") == fp else None
 
 
+def _warn_level_outside(got, metric: str, level: float) -> None:
+    """On stderr, as `simlab plot --levels` warns: a refine.level outside the coarse grid's
+    values of its metric has no boundary to refine (every cell stays unsplit)."""
+    finite = np.asarray(got, np.float64)[np.isfinite(got)]
+    if finite.size and not finite.min() <= level <= finite.max():
+        print(
+            f"simlab: warning: refine.level {level:g} is outside the range of {metric} on the "
+            f"coarse grid ({finite.min():.4g}..{finite.max():.4g}): no boundary to refine",
+            file=sys.stderr,
+        )
+
+
 def _refine(cfg, pool: Pool, seeds: range, worker):
     """The levels of a refinement, each planned and computed in full; (the points' knob
     values, the finished refine.State), or (None, None) for a worker done with its shares."""
@@ -334,6 +346,8 @@ def _refine(cfg, pool: Pool, seeds: range, worker):
                     f"refine.layer: {r.layer} is outside the {got.shape[2]} layers of {r.metric}"
                 )
             got = got[..., -1 if r.layer is None else r.layer]
+        if st.level == 0:
+            _warn_level_outside(got, r.metric, r.level)
         st = st.advance(got, r.level, r.rule)
         log.info("refine: level %d adds %d points", st.level, st.added[-1])
 

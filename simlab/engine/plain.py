@@ -308,6 +308,8 @@ def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
     """Refuse (ConfigError) a sweep whose seed state, micro-batch and results cannot fit in
     memory (simlab.engine.memory), before anything is computed or written."""
     swept = [k for a in cfg.axes for k in a.knobs]
+    if hasattr(lab, "check_metric_shapes"):  # a plugin metric of the wrong shape: refused now
+        lab.check_metric_shapes()
     micro = bytes_per_micro_batch(lab, names, cfg.knobs, swept, cfg.sweep.micro_batch)
     block = getattr(lab, "block", None)
     if block is not None:

@@ -271,3 +271,31 @@ def test_conformance_cases_leave_out_kinds_that_cannot_compute_the_metrics():
         assert "plug_no_mlp_output" in kinds
     finally:
         BLOCKS.unregister("plug_no_mlp_output")
+
+
+def test_a_metric_of_the_wrong_shape_is_refused_naming_its_plugin(scratch, tmp_path):
+    """A plugin metric returning (D,) instead of one number per layer is refused in one line
+    naming the metric and its module, before anything is written (it used to be stored with
+    an extra axis that `simlab info` called "layer")."""
+    simlab.register_metric(Metric("y_vec", lambda c: jnp.mean(c.layer.y, (0, 1)), ("y",), "y"))
+    with pytest.raises(
+        ConfigError,
+        match=r"metric 'y_vec' \(registered by .*test_plugins\): "
+        r"returns shape \(8,\) per layer",
+    ):
+        simlab.run_sweep({**TINY, "sweep": {"metrics": ["y_vec"]}}, out=tmp_path / "r", quiet=True)
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_an_always_nan_plugin_metric_is_reported(scratch, tmp_path, capsys):
+    """A plugin metric that is NaN everywhere (within declared bounds [0, 1]) is stored as NaN
+    and reported at the end of the run: every value counted, on stderr and in meta.json."""
+    simlab.register_metric(
+        Metric("y_nan", lambda c: jnp.nan * jnp.mean(c.layer.y), ("y",), "nan", bounds=(0, 1))
+    )
+    res = simlab.run_sweep(
+        {**TINY, "sweep": {"metrics": ["y_nan"]}}, out=tmp_path / "r", quiet=True
+    )
+    assert np.isnan(res["y_nan"]).all()
+    assert res.meta["numerics"]["y_nan"]["non_finite"] == res["y_nan"].size == 3
+    assert "metric y_nan: 3 NaN or Inf (first at drift_norm=0, seed=0)" in capsys.readouterr().err

@@ -286,3 +286,14 @@ def test_a_registered_rule_drives_the_refinement():
         assert coarse.axes["point"].size == 5 * 5 < mean.axes["point"].size
     finally:
         rules.RULES.unregister("plug_never")
+
+
+def test_a_refine_level_outside_the_data_warns(capsys):
+    """refine.level beyond the coarse grid's range of its metric (entropy lies in [0, log 6])
+    warns on stderr, as `simlab plot --levels` does; a level inside it does not."""
+    coarse = {**TOY, "refine": {**TOY["refine"], "levels": 1}}
+    run_sweep({**coarse, "refine": {**coarse["refine"], "level": 5.0}}, lab=LAB, quiet=True)
+    err = capsys.readouterr().err
+    assert "refine.level 5 is outside the range of entropy on the coarse grid" in err
+    run_sweep(coarse, lab=LAB, quiet=True)
+    assert "refine.level" not in capsys.readouterr().err
