@@ -25,7 +25,7 @@ from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
 from simlab.core import block as blocks
 from simlab.core.inputs import INPUTS
 from simlab.core.knobs import knob_arrays
-from simlab.core.spec import BlockSpec
+from simlab.core.spec import BlockSpec, InputSpec
 from simlab.errors import ConfigError
 
 # architecture settings of the embeddings, not of the block
@@ -135,6 +135,7 @@ class Checkpoint:
         return Weights(self, r, None if ids is None else self.check_ids(ids, "checkpoint.ids"))
 
 
+INPUT_VOCAB_DEFAULT = next(f.default for f in dataclasses.fields(InputSpec) if f.name == "vocab")
 # BlockSpec fields a study may set on trained layers; every other field is the checkpoint's
 STUDY_FIELDS = ("pattern", "depth")
 
@@ -187,9 +188,12 @@ class Weights:
                         f"inputs.length) = ({inputs.batch}, {inputs.length})"
                     )
             elif inputs.vocab > ck.vocab:
+                default = " (also InputSpec's default, when [inputs] gives none)" * (
+                    inputs.vocab == INPUT_VOCAB_DEFAULT
+                )
                 raise ConfigError(
-                    f"inputs.vocab: {inputs.vocab} exceeds the checkpoint's vocab_size "
-                    f"{ck.vocab} ({cfg})"
+                    f"inputs.vocab: {inputs.vocab}{default} exceeds the checkpoint's vocab_size "
+                    f"{ck.vocab} ({cfg}); set inputs.vocab to at most {ck.vocab}"
                 )
 
     def params(self, dtype=None) -> dict[str, jax.Array]:

@@ -57,6 +57,20 @@ def history_lines(history: list) -> list[str]:
     return lines
 
 
+def missing_part_lines(out: Path, parts: list) -> list[str]:
+    """A warning per part of a grown or refined sweep whose folder is gone: results.npz still
+    holds its pairs, but growing the sweep again recomputes them (they are not reused)."""
+    lines = []
+    for p in parts:
+        name = p.get("name") if isinstance(p, dict) else p
+        if name is not None and not (out / "parts" / str(name) / "sweep.json").is_file():
+            lines.append(
+                f"  warning: part {name} ({out / 'parts' / str(name)}) is missing: results.npz "
+                "still holds its pairs, but growing this sweep again recomputes them"
+            )
+    return lines
+
+
 def refined_line(r: dict) -> str:
     """One line on a refinement: metric = level, levels, lattice, points added per level."""
     lattice = " x ".join(map(str, r.get("lattice", [])))
@@ -126,6 +140,7 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
         if isinstance(m.get("refine"), dict):
             lines.append(refined_line(m["refine"]))
         lines += history_lines(m.get("history") or [])
+        lines += missing_part_lines(out, m.get("parts") or [])
         config = m.get("config")
     elif (out / "sweep.json").exists() and "parts" in (
         sj := records.read_sweep(out / "sweep.json")
@@ -150,10 +165,14 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
         sj = records.read_sweep(out / "sweep.json")
         config = sj.get("config", {})
         done, total = _units(out, config)
+        gone = [n for n in ("results.npz", "meta.json") if not (out / n).exists()]
+        if done == total:  # every chunk is there: only the merge is left
+            rest = f"nothing left to compute; `simlab merge {out}` rebuilds {' and '.join(gone)}"
+        else:
+            rest = f"{total - done} missing; `simlab merge {out}` computes the rest"
         lines = [
             f"unfinished sweep ({out}): {done} of {total} work units (micro-batches x "
-            f"seeds) in chunk files, {total - done} missing; "
-            f"`simlab merge {out}` computes the rest"
+            f"seeds) in chunk files, {rest}"
         ]
     else:
         raise ResultsError(

@@ -167,7 +167,11 @@ def test_a_lab_given_weights_is_fingerprinted_by_them():
         ({"checkpoint": {"layer": 1}, "block": {"depth": 2}}, r"checkpoint.layer: \[1, 2\] is"),
         ({"checkpoint": {"path": "/nowhere/x"}}, r"checkpoint.path: '/nowhere/x' does not exist"),
         ({"checkpoint": {"revision": "main"}}, r"checkpoint.revision: unknown field"),
-        ({"inputs": {"vocab": 30522}}, r"inputs.vocab: 30522 exceeds the checkpoint's vocab_size"),
+        (
+            {"inputs": {"vocab": 30522}},
+            r"inputs.vocab: 30522 \(also InputSpec's default, when \[inputs\] gives none\) exceeds "
+            r"the checkpoint's vocab_size 100 .*; set inputs.vocab to at most 100",
+        ),
         ({"checkpoint": {"ids": "/nowhere/ids.npy"}}, r"checkpoint.ids: cannot read"),
     ],
 )

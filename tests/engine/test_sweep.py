@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -446,3 +447,36 @@ def test_non_finite_and_out_of_bounds_values_are_stored_and_reported(tmp_path, c
     assert "metric entropy: " in err and "outside its bounds [0.0, 0.5]" in err
     clean = run_sweep(TOY, lab=LAB, out=None, quiet=True)
     assert "numerics" not in clean.meta  # absent when everything is finite and in bounds
+
+
+def test_info_names_a_missing_part_of_a_grown_sweep(tmp_path):
+    """A grown sweep whose parts/0 was removed: `simlab info` names the part and says its pairs
+    would be recomputed (it used to report them as reused, silently)."""
+    from simlab import cli
+    from simlab.engine.info import describe
+
+    out = tmp_path / "run"
+    run_sweep({**TOY, "sweep": {**TOY["sweep"], "seeds": 1}}, lab=LAB, out=out, quiet=True)
+    run_sweep(TOY, lab=LAB, out=out, quiet=True)  # grown to 2 seeds: parts 0 and 1
+    assert "is missing" not in describe(out)
+    shutil.rmtree(out / "parts" / "0")
+    assert f"warning: part 0 ({out / 'parts' / '0'}) is missing" in describe(out)
+    assert cli.main(["info", str(out)]) == 0
+
+
+@pytest.mark.parametrize("gone", ["results.npz", "meta.json"])
+def test_info_of_a_sweep_whose_results_file_was_deleted(tmp_path, gone):
+    """Every chunk is there: info says nothing is left to compute and what merge rebuilds
+    (it used to say merge 'computes the rest'), and the merge rebuilds the same numbers."""
+    from simlab.engine.info import describe
+
+    out = tmp_path / "run"
+    ref = run_sweep(TOY, lab=LAB, out=out, quiet=True)
+    (out / gone).unlink()
+    text = describe(out)
+    assert f"nothing left to compute; `simlab merge {out}` rebuilds {gone}" in text
+    assert "computes the rest" not in text
+    again = run_sweep(TOY, lab=LAB, out=out, quiet=True)  # the custom lab's merge
+    assert again.meta["chunks_computed"] == 0
+    for k in ref.metrics:
+        assert np.array_equal(again[k], ref[k]), k
