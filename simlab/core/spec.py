@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from simlab.core import rotary
 from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
 from simlab.core.patterns import PATTERNS
@@ -92,7 +93,7 @@ class BlockSpec:
         check_positive(f"{where}.rotary_pct", self.rotary_pct, strict=False)
         if self.rotary_pct > 1:
             raise ConfigError(f"{where}.rotary_pct: {self.rotary_pct!r} must be <= 1")
-        n_rot = int(self.d_head * self.rotary_pct)
+        n_rot = self.rotary_dims
         if n_rot % 2:
             raise ConfigError(
                 f"{where}.rotary_pct: int(d_head {self.d_head} * {self.rotary_pct}) = {n_rot} "
@@ -102,9 +103,14 @@ class BlockSpec:
         return self
 
     @property
+    def d_ff(self) -> int:
+        """The MLP's hidden width F = d_model * mlp_ratio (every use reads it here)."""
+        return self.d_model * self.mlp_ratio
+
+    @property
     def rotary_dims(self) -> int:
         """The rotated dims of each head (0: no rotary embeddings)."""
-        return int(self.d_head * self.rotary_pct)
+        return rotary.n_dims(self.d_head, self.rotary_pct)
 
 
 @dataclasses.dataclass(frozen=True)
