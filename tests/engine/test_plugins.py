@@ -299,3 +299,26 @@ def test_an_always_nan_plugin_metric_is_reported(scratch, tmp_path, capsys):
     assert np.isnan(res["y_nan"]).all()
     assert res.meta["numerics"]["y_nan"]["non_finite"] == res["y_nan"].size == 3
     assert "metric y_nan: 3 NaN or Inf (first at drift_norm=0, seed=0)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_inputs_are_stored_as_nan_and_reported(scratch, tmp_path, capsys, bad):
+    """A plugin input kind whose draw holds one NaN (or Inf) token, through the real Lab: the
+    cosines of the layer are stored as NaN (never the 0 that `where(norm > 0, ..., 0)` made of
+    them), and stderr and meta.json count them."""
+    from simlab.core.inputs import InputKind
+
+    def comps(spec, d, z, t_key):
+        x = z["z"].at[0, 1, 0].set(bad)
+        return {"x": x}
+
+    simlab.register_inputs(
+        InputKind("one_bad", lambda spec, d: {"z": ((spec.batch, spec.length, d), "normal")}, comps)
+    )
+    cfg = {**TINY, "inputs": {"kind": "one_bad", "batch": 2, "length": 4}}
+    cfg["sweep"] = {**TINY["sweep"], "metrics": ["input_cos", "out_cos", "attn_entropy"]}
+    res = simlab.run_sweep(cfg, out=tmp_path / "r", quiet=True)
+    for m in ("input_cos", "out_cos"):
+        assert np.isnan(res[m]).all(), m
+        assert res.meta["numerics"][m]["non_finite"] == res[m].size
+    assert f"metric input_cos: {res['input_cos'].size} NaN or Inf" in capsys.readouterr().err

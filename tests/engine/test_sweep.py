@@ -20,7 +20,7 @@ from simlab.engine.compile import grid_knobs, jaxpr_bytes, jitted, micro_batch_f
 from simlab.engine.config import load_config
 from simlab.engine.store import make_layout
 from simlab.engine.sweep import run_sweep
-from simlab.errors import ConfigError
+from simlab.errors import ConfigError, ResultsError
 
 from conftest import ToyLab
 
@@ -462,6 +462,9 @@ def test_info_names_a_missing_part_of_a_grown_sweep(tmp_path):
     shutil.rmtree(out / "parts" / "0")
     assert f"warning: part 0 ({out / 'parts' / '0'}) is missing" in describe(out)
     assert cli.main(["info", str(out)]) == 0
+    # growing it again refuses, naming the missing part's record (nothing is recomputed)
+    with pytest.raises(ResultsError, match=r"parts/0/sweep.json: cannot be read"):
+        run_sweep({**TOY, "sweep": {**TOY["sweep"], "seeds": 3}}, lab=LAB, out=out, quiet=True)
 
 
 @pytest.mark.parametrize("gone", ["results.npz", "meta.json"])
