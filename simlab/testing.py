@@ -215,7 +215,9 @@ def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
     for i in range(n):
         variant = {} if i % 2 == 0 else dict(causal=True, qk_norm="layernorm")
         if INPUTS[inputs[i % len(inputs)]].trained:
-            out.append(trained_case(inputs[i % len(inputs)], metrics and tuple(metrics)))
+            out.append(
+                trained_case(inputs[i % len(inputs)], None if metrics is None else tuple(metrics))
+            )
             continue
         out.append(
             Case(

@@ -67,11 +67,6 @@ def locate(path, where: str = "checkpoint.path") -> pathlib.Path:
     raise ConfigError(f"{where}: no {CONFIG} in {str(p)!r} (not a HuggingFace checkpoint folder)")
 
 
-def read_config(folder: pathlib.Path) -> dict:
-    """config.json as a dict; a ConfigError naming the file if it is not a JSON object."""
-    return parse_config(_read_bytes(folder / CONFIG), folder / CONFIG)
-
-
 def parse_config(raw: bytes, f: pathlib.Path) -> dict:
     """config.json's bytes as a dict; a ConfigError naming the file if not a JSON object."""
     try:

@@ -217,6 +217,17 @@ def noise_shapes(spec: InputSpec, d_model: int) -> dict[str, tuple]:
     return {"u_b": ((1, 1, d_model), "normal"), **INPUTS[spec.kind].noise(spec, d_model)}
 
 
+def require_weights(spec: InputSpec, weights) -> InputKind:
+    """The spec's input kind; a trained kind (`InputKind.trained`) without weights is refused."""
+    kind = INPUTS[spec.kind]
+    if kind.trained and weights is None:
+        raise ConfigError(
+            f"inputs.kind: {spec.kind!r} are a checkpoint's own inputs (its embeddings); give a "
+            "[checkpoint] table (docs/checkpoints.md)"
+        )
+    return kind
+
+
 def components(
     spec: InputSpec, d_model: int, key=None, dtype=None, noise=None, t_key=None, weights=None
 ) -> dict[str, jax.Array]:
@@ -228,12 +239,7 @@ def components(
     cast, so float64 runs see the same sample. A trained kind (`InputKind.trained`, e.g.
     "tokens" of simlab.checkpoints) also gets the trained weights (`weights`, what
     Lab(weights=...) holds), and without them is refused."""
-    kind = INPUTS[spec.kind]
-    if kind.trained and weights is None:
-        raise ConfigError(
-            f"inputs.kind: {spec.kind!r} are a checkpoint's own inputs (its embeddings); give a "
-            "[checkpoint] table (docs/checkpoints.md)"
-        )
+    kind = require_weights(spec, weights)
     dtype = jnp.result_type(float) if dtype is None else dtype
     if noise is None:
         kn, t_key = jax.random.split(key)

@@ -42,7 +42,7 @@ import numpy as np
 from simlab.core import attention, block, factored, inputs
 from simlab.core.block import BLOCKS
 from simlab.core.init import draws, init_params, param_shapes
-from simlab.core.inputs import INPUTS
+from simlab.core.inputs import INPUTS, require_weights
 from simlab.core.knobs import KNOBS, inert_knobs
 from simlab.core.metrics import METRICS, default_metrics, layer_metrics, needs_full_weights
 from simlab.core.patterns import PATTERNS
@@ -109,13 +109,9 @@ class Lab:
         self.block = block.validate()
         self.inputs = inputs.validate()
         self.weights = weights
+        require_weights(self.inputs, weights)
         if weights is not None:
             weights.check(self.block, self.inputs)
-        elif INPUTS[inputs.kind].trained:
-            raise ConfigError(
-                f"inputs.kind: {inputs.kind!r} are a checkpoint's own inputs (its embeddings); "
-                "give a [checkpoint] table (docs/checkpoints.md)"
-            )
         names = tuple(default_metrics() if metrics is None else metrics)
         for n in names:
             if n not in METRICS:

@@ -55,7 +55,7 @@ from simlab.engine import claims, records, refine, results
 from simlab.engine.config import SweepConfig, config_diff, load_config
 from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.engine.parts import Pool, seed_range
-from simlab.engine.plain import Job, choose_layout
+from simlab.engine.plain import Job, choose_layout, report_numerics
 from simlab.engine.records import PARTS
 from simlab.engine.schedule import wait_for_results
 from simlab.engine.store import check_out_dir
@@ -404,10 +404,7 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
     extra: dict = {"parts": pieces, "history": history}
     if refined is not None:
         extra["refine"] = refined.describe(cfg.refine)
-    bounds = job.lab.metric_bounds() if hasattr(job.lab, "metric_bounds") else None
-    report = records.numerics(axes, metrics, bounds, seeds.start)
-    for line in records.numerics_lines(report):
-        print(line, file=sys.stderr)
+    report = report_numerics(job.lab, axes, metrics, seeds.start)
     meta = records.meta_record(
         config=job.resolved,
         fp=fp,

@@ -52,6 +52,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from simlab import plugins
+from simlab.checkpoints import source
 from simlab.core.knobs import KNOBS
 from simlab.core.lab import Lab, LabProtocol
 from simlab.engine import claims, memory, records, results
@@ -62,7 +63,7 @@ from simlab.engine.compile import (
     knob_dtype,
     local_devices,
 )
-from simlab.engine.config import SweepConfig, fingerprint, load_config
+from simlab.engine.config import SweepConfig, fingerprint
 from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.engine.schedule import Writer, check_worker, wait_for_results
 from simlab.engine.store import (
@@ -195,7 +196,8 @@ def build_lab(cfg: SweepConfig, lab=None):
     if lab is None:
         weights = cfg.weights
         if cfg.checkpoint is not None and weights is None:  # a stored config: read them now
-            weights = load_config(cfg.to_dict()).weights
+            study = {"pattern": cfg.block.pattern, "depth": cfg.block.depth}
+            weights = source.resolve(cfg.checkpoint, study)[2]
         lab = Lab(cfg.block, cfg.inputs, cfg.sweep.metrics, weights=weights)
     elif not isinstance(lab, LabProtocol):
         raise ConfigError(
@@ -323,6 +325,16 @@ def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
     return memory.check_fits(cfg, lab, names, seed_state, micro, per_point, knob_dtype().itemsize)
 
 
+def report_numerics(lab, axes, metrics, first_seed: int) -> dict:
+    """The stored values' NaN/Inf and out-of-bounds counts (records.numerics, with the lab's
+    declared bounds when it has metric_bounds), each metric's line printed on stderr."""
+    bounds = lab.metric_bounds() if hasattr(lab, "metric_bounds") else None
+    report = records.numerics(axes, metrics, bounds, first_seed)
+    for line in records.numerics_lines(report):
+        print(line, file=sys.stderr)
+    return report
+
+
 def claim(job: Job) -> claims.Coordinator | None:
     """The directory's Coordinator, after claiming it for this sweep (its sweep.json) and
     removing what dead writers left (None in memory)."""
@@ -396,10 +408,7 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         compile_time_s=runner.compile_s,
         compute_time_s=runner.compute_s,
     )
-    bounds = job.lab.metric_bounds() if hasattr(job.lab, "metric_bounds") else None
-    report = records.numerics(axes, metrics, bounds, st.first_seed)
-    for line in records.numerics_lines(report):
-        print(line, file=sys.stderr)
+    report = report_numerics(job.lab, axes, metrics, st.first_seed)
     meta = records.meta_record(
         config=job.resolved,
         fp=job.fp,

@@ -91,6 +91,20 @@ def test_a_sweep_reads_each_checkpoint_file_once(tmp_path, monkeypatch):
     assert reads == {"config.json": 1, "model.safetensors": 1}
 
 
+def test_a_stored_config_reads_no_weights_until_it_is_run(tmp_path):
+    """load_config(..., read_weights=False) of a recorded config reads nothing (weights None);
+    building its lab reads them then, from the recorded files, and the lab counts as the
+    config's own (its fingerprint is the config's)."""
+    from simlab.engine import plain
+
+    res = simlab.run_sweep(config(), out=tmp_path / "run", quiet=True)
+    stored = load_config(res.meta["config"], read_weights=False)
+    assert stored.weights is None and stored.checkpoint.files is not None
+    lab, _ = plain.build_lab(stored)
+    assert lab.weights.source == stored.checkpoint and lab.weights.layers == range(1, 2)
+    assert plain.lab_identity(lab, stored) is None
+
+
 @pytest.mark.parametrize(
     "tensor,bad",
     [
