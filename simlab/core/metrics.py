@@ -29,7 +29,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from simlab.core import attention
+from simlab.core import attention, geometry
 from simlab.core.block import Layer
 from simlab.core.linalg import top_eigenvalue, unit_vectors
 from simlab.errors import ConfigError
@@ -195,6 +195,26 @@ class Shared:
             self._cos[key] = anisotropy_centred(getattr(self.layer, field))
         return self._cos[key]
 
+    def covariance(self, field: str):
+        """The centred covariance (D, D) of all B*T tokens of layer.<field>, streamed by
+        sequence (simlab.core.geometry.moments)."""
+        key = ("cov", field)
+        if key not in self._cos:
+            self._cos[key] = geometry.covariance(geometry.moments(getattr(self.layer, field)))
+        return self._cos[key]
+
+    def spectrum(self, field: str):
+        """The covariance's eigenvalues, descending (simlab.core.geometry.spectrum)."""
+        key = ("spectrum", field)
+        if key not in self._cos:
+            self._cos[key] = geometry.spectrum(self.covariance(field))
+        return self._cos[key]
+
+    def tokens(self, field: str):
+        """layer.<field> as the (B*T, D) cloud of its tokens."""
+        x = getattr(self.layer, field)
+        return x.reshape(-1, x.shape[-1])
+
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
@@ -272,6 +292,85 @@ def _centred_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
     )
 
 
+def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
+    """The covariance, norm-split and partition measures of a field (simlab.core.geometry;
+    docs/metrics.md), none computed by default."""
+    g = geometry
+    one = (0.0, 1.0)
+    rows = (
+        (
+            "participation_ratio",
+            lambda c: g.participation_ratio(c.covariance(field)),
+            "(tr C)^2 / ||C||_F^2 of the centred covariance C of all B*T tokens: in [1, rank C]",
+            (0.0, math.inf),
+        ),
+        (
+            "effective_rank",
+            lambda c: g.effective_rank(c.spectrum(field)),
+            "exp(entropy of C's eigenvalues / their sum) (Roy & Vetterli 2007): in [1, rank C]",
+            (0.0, math.inf),
+        ),
+        (
+            "pc1_share",
+            lambda c: g.top_share(c.spectrum(field), 1),
+            "the share of the variance in C's top principal direction",
+            one,
+        ),
+        (
+            "pc10_share",
+            lambda c: g.top_share(c.spectrum(field), 10),
+            "the share of the variance in C's top 10 principal directions",
+            one,
+        ),
+        (
+            "isoscore",
+            lambda c: g.isoscore_of(c.covariance(field)),
+            "IsoScore (Rudman et al. 2022) = (PR - 1) / (D - 1): 0 one direction, 1 isotropic",
+            one,
+        ),
+        (
+            "partition_iso",
+            lambda c: g.partition_isotropy(c.tokens(field)),
+            "Mu & Viswanath's min_c Z(c) / max_c Z(c) over +- the eigenvectors of X^T X",
+            one,
+        ),
+        (
+            "partition_iso_centred",
+            lambda c: g.partition_isotropy(c.tokens(field), True),
+            "the same on the tokens minus their mean",
+            one,
+        ),
+        (
+            "mean_sq_norm",
+            lambda c: g.mean_variance(c.tokens(field))[0],
+            "|xbar|^2: the squared norm of the mean token (the common part)",
+            (0.0, math.inf),
+        ),
+        (
+            "variance",
+            lambda c: g.mean_variance(c.tokens(field))[1],
+            "mean_i |x_i - xbar|^2 = tr C: the private parts",
+            (0.0, math.inf),
+        ),
+        (
+            "common_share",
+            lambda c: g.common_share(c.tokens(field)),
+            "|xbar|^2 / mean_i |x_i|^2: the share of the squared norm the mean holds",
+            one,
+        ),
+        (
+            "rank1_residual",
+            lambda c: g.rank_one_residual(getattr(c.layer, field)),
+            "per sequence |X - 1 xbar^T|_F / |X|_F (Dong et al. 2021), averaged",
+            one,
+        ),
+    )
+    return tuple(
+        Metric(f"{tag}_{name}", fn, (field,), f"{doc} ({what})", bounds, default=False)
+        for name, fn, doc, bounds in rows
+    )
+
+
 def _qk(i: int):
     return lambda c: qk_mean_stats(c.layer.q_mean, c.layer.k_mean)[i]
 
@@ -313,6 +412,8 @@ for _metric in (
     ),
     *_centred_metrics("input", "x", "the layer input"),
     *_centred_metrics("out", "y", "the block output"),
+    *_geometry_metrics("input", "x", "the layer input"),
+    *_geometry_metrics("out", "y", "the block output"),
     Metric(
         "out_cos_centred_gain",
         lambda c: c.cos_centred("y")[0] - c.cos_centred("x")[0],

@@ -1,0 +1,232 @@
+"""The answer re-judged with measures that see geometry (docs/gallery.md, "The answer, by
+geometry"), from the committed data of experiments/answer_geometry.toml (the headline block and
+grid: BERT-base post-LN, d_model 768, both branches, 16 x 512 tokens, N = 0.01 / 0.55 / 10,
+lambda = q_scale = k_scale 1 .. 1000, 20 seeds of stream 4001; uniform and Zipf token ids).
+
+    python experiments/gallery_geometry.py [figures/data]      # prints the markdown block
+
+tests/studies/test_gallery_geometry.py checks that docs/gallery.md carries this output on the
+committed data, character for character, and tests the rule below.
+
+Declared before the run (committed with the config, before its data):
+  effect      sharpening = the metric at lambda 1000 minus lambda 1, paired by seed, per token
+              distribution and drift; seed mean +- the 95% Student-t half-width over the 20
+              seeds (simlab.engine.results.seed_ci);
+  sizes       beside the absolute change: the change relative to the metric's value at
+              lambda 1, and for the added anisotropy (out_cos_gain) its share of the lambda-1
+              gain and of the room left, 1 - input_cos (a ceiling cannot hide an effect: at
+              N 10 the input's cosine is near 1 and the absolute change is small);
+  scale       s = |seed mean at lambda 1| for every metric, except out_cos_gain, whose scale is
+              the room left, mean(1 - input_cos);
+  floor       F = sqrt(n d) eps32 max(|mean at lambda 1|, |mean at lambda 1000|), n = 16 x 512
+              tokens, d = 768, eps32 = 2^-23: the float32 resolution of an n d-term sum (a
+              random walk of rounding errors); nothing below it is called an effect;
+  material    T = 0.01 s: a change of 1% of the scale (a relative threshold, so the verdict does
+              not depend on the metric's units and cannot flip on a 1e-8 difference of a
+              quantity whose scale is 1e-4, as the absolute DELTA = 0.005 of gallery_answer.py
+              did for the centred cosines between seed streams);
+  verdict     "raises" lo > 0, mean >= max(T, F);    "lowers" hi < 0, mean <= -max(T, F);
+              "raises, small" lo > 0, F <= mean < T; "lowers, small" hi < 0, -T < mean <= -F;
+              "no effect" -T < lo and hi < T (otherwise); "unresolved" the rest.
+  closed forms, per seed (post-LN output, LayerNorm gain 1 and bias 0 at BERT init): every
+              token has |y_i|^2 = d (1 - O(eps_LN)), so |ybar|^2 + variance = d exactly (the
+              common and private parts trade one for the other), and the mean pairwise cosine of
+              equal-norm tokens is (n c - 1) / (n - 1), c = |ybar|^2 / mean |y_i|^2 (the common
+              share): printed as the largest deviation over seeds and lambdas.
+"""
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import simlab
+from simlab.engine.results import seed_ci
+
+VARIANTS = (("uniform", "uniform token ids"), ("zipf", "Zipf token ids (s = 1.1)"))
+REGIMES = (("small drift", 0.01), ("N ~ ‖x‖", 0.55), ("large drift", 10.0))
+EPS32 = 2.0**-23
+MATERIAL = 0.01
+# (metric, what it measures; "+" when larger means more anisotropic, "-" when larger means
+# more isotropic)
+ROWS = (
+    ("out_cos_gain", "added global anisotropy, out_cos - input_cos", "+"),
+    ("out_common_share", "common share ‖ybar‖² / mean ‖y‖²", "+"),
+    ("out_mean_sq_norm", "common part ‖ybar‖²", "+"),
+    ("out_variance", "private parts, the variance", "-"),
+    ("out_participation_ratio", "participation ratio of the centred covariance", "-"),
+    ("out_effective_rank", "effective rank", "-"),
+    ("out_isoscore", "IsoScore", "-"),
+    ("out_pc1_share", "variance share of the top direction", "+"),
+    ("out_pc10_share", "variance share of the top 10 directions", "+"),
+    ("out_partition_iso", "partition isotropy I(W)", "-"),
+    ("out_partition_iso_centred", "partition isotropy, centred", "-"),
+    ("out_rank1_residual", "rank-one residual ‖Y - 1 ybar^T‖ / ‖Y‖", "-"),
+    ("out_cos_centred", "centred mean pairwise cosine", "+"),
+)
+
+
+def floor(n_tokens: int, d: int, a: float, b: float) -> float:
+    """The float32 resolution F of the declared rule."""
+    return math.sqrt(n_tokens * d) * EPS32 * max(abs(a), abs(b))
+
+
+def verdict(lo: float, hi: float, mean: float, scale: float, res: float) -> str:
+    """The declared verdict (module docstring): T = MATERIAL * scale, F = res."""
+    t = MATERIAL * scale
+    if lo > 0 and mean >= max(t, res):
+        return "raises"
+    if hi < 0 and mean <= -max(t, res):
+        return "lowers"
+    if lo > 0 and res <= mean < t:
+        return "raises, small"
+    if hi < 0 and -t < mean <= -res:
+        return "lowers, small"
+    if -t < lo and hi < t:
+        return "no effect"
+    return "unresolved"
+
+
+def fmt(x: float) -> str:
+    return f"{x:+.4f}" if abs(x) >= 1e-3 else f"{x:+.2e}"
+
+
+def load(root: Path) -> dict:
+    return {v: simlab.load(root / "answer_geometry" / v) for v, _ in VARIANTS}
+
+
+def _i(values, x) -> int:
+    return int(np.argmin(np.abs(np.asarray(values) - x)))
+
+
+def effect(res, metric: str, i: int) -> dict:
+    """Sharpening's effect on `metric` at drift index i, with its sizes and verdict."""
+    a, b = res[metric][i, 0], res[metric][i, -1]
+    d = b - a
+    lo, hi = (float(v) for v in seed_ci(d, -1))
+    cfg = res.meta["config"]
+    n_tok = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
+    res_f = floor(n_tok, cfg["block"]["d_model"], float(np.mean(a)), float(np.mean(b)))
+    if metric == "out_cos_gain":
+        scale = float(np.mean(1.0 - res["input_cos"][i, 0]))
+    else:
+        scale = abs(float(np.mean(a)))
+    mean = float(np.mean(d))
+    return {
+        "at1": float(np.mean(a)),
+        "mean": mean,
+        "half": (hi - lo) / 2,
+        "rel": mean / float(np.mean(a)) if np.mean(a) != 0 else math.nan,
+        "verdict": verdict(lo, hi, mean, scale, res_f),
+        "floor": res_f,
+    }
+
+
+def closed_forms(res) -> tuple[float, float]:
+    """Largest deviations over seeds, drifts and lambdas of (|ybar|^2 + variance) / d - 1 and
+    of out_cos - (n c - 1) / (n - 1)."""
+    cfg = res.meta["config"]
+    d = cfg["block"]["d_model"]
+    n = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
+    norm = np.max(np.abs((res["out_mean_sq_norm"] + res["out_variance"]) / d - 1.0))
+    cos = np.max(np.abs(res["out_cos"] - (n * res["out_common_share"] - 1.0) / (n - 1.0)))
+    return float(norm), float(cos)
+
+
+def main(root: Path) -> str:
+    data = load(root)
+    first = data[VARIANTS[0][0]]
+    cfg = first.meta["config"]
+    lam = first.axes["lambda"]
+    n = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
+    lines = [
+        f"Sizes: {cfg['block']['kind']}, d_model {cfg['block']['d_model']}, "
+        f"{cfg['inputs']['batch']} x {cfg['inputs']['length']} tokens, lambda = q_scale = "
+        f"k_scale {lam[0]:g} to {lam[-1]:g} ({len(lam)} values), {first.n_seeds} seeds (stream "
+        f"{cfg['sweep']['base_seed']}), token ids uniform and Zipf; effect = lambda "
+        f"{lam[-1]:g} minus lambda {lam[0]:g}, paired by seed; verdicts by the rule of "
+        f"experiments/gallery_geometry.py (material: {MATERIAL:.0%} of the scale; floor: the "
+        "float32 resolution of the sum).",
+        "",
+    ]
+    for v, label in VARIANTS:
+        res = data[v]
+        ent = [
+            (nn, float(np.mean(res["attn_entropy"][_i(res.axes["drift_norm"], nn), 0])),
+             float(np.mean(res["attn_entropy"][_i(res.axes["drift_norm"], nn), -1])))
+            for _, nn in REGIMES
+        ]  # fmt: skip
+        lines += [
+            f"**{label}** (H / ln T from lambda {lam[0]:g} to {lam[-1]:g}: "
+            + "; ".join(f"N {nn:g} {a:.3f} -> {b:.3f}" for nn, a, b in ent)
+            + "):",
+            "",
+            "| measure of the block output | "
+            + " | ".join(f"{name}, N = {nn:g}: at lambda 1; change (relative)" for name, nn in
+                         REGIMES)
+            + " |",
+            "|---|" + "---|" * len(REGIMES),
+        ]  # fmt: skip
+        for metric, what, _ in ROWS:
+            cells = []
+            for _, nn in REGIMES:
+                e = effect(res, metric, _i(res.axes["drift_norm"], nn))
+                cells.append(
+                    f"{fmt(e['at1'])}; {fmt(e['mean'])} ± {e['half']:.1e} "
+                    f"({e['rel']:+.1%}, {e['verdict']})"
+                )
+            lines.append(f"| {what} (`{metric}`) | " + " | ".join(cells) + " |")
+        gains = []
+        for _, nn in REGIMES:
+            i = _i(res.axes["drift_norm"], nn)
+            g1 = float(np.mean(res["out_cos_gain"][i, 0]))
+            dg = float(np.mean(res["out_cos_gain"][i, -1] - res["out_cos_gain"][i, 0]))
+            room = float(np.mean(1.0 - res["input_cos"][i, 0]))
+            gains.append(
+                f"N {nn:g}: {dg / g1:+.1%} of the lambda-1 gain, {dg / room:+.2%} of the room "
+                f"left (1 - input_cos = {room:.4f})"
+            )
+        norm_dev, cos_dev = closed_forms(res)
+        lines += [
+            "",
+            "Sharpening's change of the added anisotropy as a share of what a ceiling leaves: "
+            + "; ".join(gains)
+            + ".",
+            "",
+            f"Closed forms, per seed (largest deviation over seeds, drifts and lambdas): "
+            f"(|ybar|^2 + variance) / d - 1 = {norm_dev:.1e} (every post-LN token has norm "
+            f"sqrt(d), so the common and private parts trade one for the other); out_cos minus "
+            f"(n c - 1)/(n - 1) with c the common share = {cos_dev:.1e} (n = {n}: at equal "
+            "norms the cosine is the common share, no more).",
+            "",
+        ]
+    lines += _summary(data)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _summary(data: dict) -> list[str]:
+    """The sentences, each read off the verdicts above."""
+    out = []
+    for v, label in VARIANTS:
+        res = data[v]
+        i = _i(res.axes["drift_norm"], 0.55)
+        e = {m: effect(res, m, i) for m, _, _ in ROWS}
+        common, private = e["out_mean_sq_norm"], e["out_variance"]
+        iso, pr = e["out_isoscore"], e["out_participation_ratio"]
+        out.append(
+            f"- {label}, N = 0.55: sharpening {common['verdict'].split(',')[0]} the common part "
+            f"|ybar|^2 ({fmt(common['at1'])} -> {fmt(common['at1'] + common['mean'])}) and "
+            f"{private['verdict'].split(',')[0]} the private parts ({fmt(private['at1'])} -> "
+            f"{fmt(private['at1'] + private['mean'])}); the participation ratio "
+            f"{pr['verdict']} ({pr['at1']:.1f} -> {pr['at1'] + pr['mean']:.1f}, "
+            f"{pr['rel']:+.1%}) and IsoScore {iso['verdict']} ({iso['rel']:+.1%}): the spread of "
+            f"the private parts over directions "
+            + ("changes materially." if "small" not in pr["verdict"] and pr["verdict"] not in
+               ("no effect", "unresolved") else "does not change materially.")
+        )  # fmt: skip
+    return out
+
+
+if __name__ == "__main__":
+    print(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("figures/data")), end="")
