@@ -133,7 +133,7 @@ class Architecture:
     name: config.json's model_type; prefixes: the name prefixes a saved model may carry (its
     task head's wrapper: "bert.", "transformer.", ...), tried in order; probe: a tensor name
     (without prefix) that every checkpoint of it holds.
-    spec(cfg) -> BlockSpec fields of one layer (kind, d_model, n_heads, mlp_ratio,
+    spec(cfg) -> BlockSpec fields of one layer (kind, d_model, n_heads, mlp_ratio or d_ff,
     activation, causal, ln_eps, rotary_pct, rotary_base); n_layers(cfg), vocab(cfg),
     max_positions(cfg) -> int (max_positions 0: no limit);
     layer(get, i, cfg, d) -> layer i in the lab's layout (`d`: the spec fields);
@@ -192,12 +192,17 @@ def _layer_norm(x, g, b, eps):
 
 
 # ------------------------------------------------------------------------------ BERT, RoBERTa
+def mlp_width(d: int, f: int) -> dict:
+    """The BlockSpec fields of an MLP of hidden width f at model width d: mlp_ratio where f is a
+    multiple of d it can say (so a checkpoint's fingerprint reads as it always has), else
+    d_ff = f (any positive width, e.g. intermediate_size 100 at hidden_size 48)."""
+    return {"mlp_ratio": f // d} if f % d == 0 and f // d <= 64 else {"d_ff": f}
+
+
 def _bert_spec(c: Config) -> dict:
     d, h, f = c.int("hidden_size"), c.int("num_attention_heads"), c.int("intermediate_size")
     if d % h:
         c.fail("num_attention_heads", f"{h} does not divide hidden_size {d}")
-    if f % d:
-        c.fail("intermediate_size", f"{f} is not a multiple of hidden_size {d}")
     c.expect("position_embedding_type", ("absolute",), "absolute")
     c.expect("is_decoder", (False,), False)
     c.expect("add_cross_attention", (False,), False)
@@ -205,7 +210,7 @@ def _bert_spec(c: Config) -> dict:
         kind="post_ln",
         d_model=d,
         n_heads=h,
-        mlp_ratio=f // d,
+        **mlp_width(d, f),
         activation=c.activation("hidden_act", "gelu"),
         causal=False,
         ln_eps=c.float("layer_norm_eps", 1e-12),
@@ -214,7 +219,7 @@ def _bert_spec(c: Config) -> dict:
 
 def _bert_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h = s["d_model"], s["n_heads"]
-    f, k = d * s["mlp_ratio"], d // h
+    f, k = s.get("d_ff") or d * s["mlp_ratio"], d // h
     at, pre = f"encoder.layer.{i}.attention.", f"encoder.layer.{i}."
     out = {}
     for n, hf in (("q", "query"), ("k", "key"), ("v", "value")):
@@ -277,8 +282,8 @@ def _gpt2_spec(c: Config) -> dict:
     if d % h:
         c.fail("n_head", f"{h} does not divide n_embd {d}")
     f = c.cfg.get("n_inner") or 4 * d
-    if not isinstance(f, int) or f % d:
-        c.fail("n_inner", f"{f!r} is not a multiple of n_embd {d}")
+    if not isinstance(f, int) or isinstance(f, bool) or f < 1:
+        c.fail("n_inner", f"{f!r} must be a positive integer width")
     c.expect("scale_attn_weights", (True,), True)
     c.expect("scale_attn_by_inverse_layer_idx", (False,), False)
     c.expect("add_cross_attention", (False,), False)
@@ -286,7 +291,7 @@ def _gpt2_spec(c: Config) -> dict:
         kind="pre_ln",
         d_model=d,
         n_heads=h,
-        mlp_ratio=f // d,
+        **mlp_width(d, f),
         activation=c.activation("activation_function", "gelu_new"),
         causal=True,
         ln_eps=c.float("layer_norm_epsilon", 1e-5),
@@ -295,7 +300,7 @@ def _gpt2_spec(c: Config) -> dict:
 
 def _gpt2_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h = s["d_model"], s["n_heads"]
-    f, k = d * s["mlp_ratio"], d // h
+    f, k = s.get("d_ff") or d * s["mlp_ratio"], d // h
     pre = f"h.{i}."
     w = get(f"{pre}attn.c_attn.weight", (d, 3 * d))  # Conv1D: (in, out), y = x W + b
     b = get(f"{pre}attn.c_attn.bias", (3 * d,))
@@ -360,8 +365,6 @@ def _neox_spec(c: Config) -> dict:
     d, h, f = c.int("hidden_size"), c.int("num_attention_heads"), c.int("intermediate_size")
     if d % h:
         c.fail("num_attention_heads", f"{h} does not divide hidden_size {d}")
-    if f % d:
-        c.fail("intermediate_size", f"{f} is not a multiple of hidden_size {d}")
     pct, base = _neox_rotary(c)
     k = d // h
     if int(k * pct) % 2:
@@ -373,7 +376,7 @@ def _neox_spec(c: Config) -> dict:
         kind="parallel2" if parallel else "pre_ln",
         d_model=d,
         n_heads=h,
-        mlp_ratio=f // d,
+        **mlp_width(d, f),
         activation=c.activation("hidden_act", "gelu"),
         causal=True,
         ln_eps=c.float("layer_norm_eps", 1e-5),
@@ -384,7 +387,7 @@ def _neox_spec(c: Config) -> dict:
 
 def _neox_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h = s["d_model"], s["n_heads"]
-    f, k = d * s["mlp_ratio"], d // h
+    f, k = s.get("d_ff") or d * s["mlp_ratio"], d // h
     pre = f"layers.{i}."
     w = get(f"{pre}attention.query_key_value.weight", (3 * d, d))
     b = get(f"{pre}attention.query_key_value.bias", (3 * d,), optional=True)

@@ -55,6 +55,18 @@ def normalize_qk(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], qk_norm: str):
     return knobs["qk_norm_gain"] * norm(q_BTHK), knobs["qk_norm_gain"] * norm(k_BSHK)
 
 
+def shift_q(q, u_q, knobs: Mapping[str, jax.Array]):
+    """q' = q_scale q + q_shift u_q: the query shaping, written once. It is linear in (q, u_q),
+    so it applies unchanged to any linear image of both: a mean over tokens, or the factored
+    path's logit rows (q . k_j beside u_q . k_j, simlab.core.factored)."""
+    return knobs["q_scale"] * q + knobs["q_shift"] * u_q
+
+
+def shift_k(k, u_k, knobs: Mapping[str, jax.Array]):
+    """k' = k_scale k + k_shift u_k: the key shaping, written once (linear, as shift_q)."""
+    return knobs["k_scale"] * k + knobs["k_shift"] * u_k
+
+
 def shape_q(
     q_BTHK,
     k_BSHK,
@@ -65,16 +77,18 @@ def shape_q(
     rotary_base: float = 10000.0,
 ):
     """(q', k): QK-norm of both (times qk_norm_gain), rotary embeddings of both on their first
-    rotary_dims dims (simlab.core.rotary; none for 0), then the shaped queries
-    q' = q_scale q + q_shift u_q, and the keys normalised (and rotated) only. Every attention
-    path starts here; k_scale and the key shift are the caller's: the plain path multiplies the
-    keys, the tiled and factored paths keep k_scale in the scalar factor of the logits
-    (`scale_logits`), and the shift's term q'_i . u_k is constant over j (softmax ignores it)."""
+    rotary_dims dims (simlab.core.rotary; none for 0), then the shaped queries `shift_q`, and
+    the keys normalised (and rotated) only. Every path that projects tokens starts here (the
+    factored path, which never forms q, applies shift_q and shift_k to its hoisted pieces);
+    k_scale and the key shift are the caller's: the plain path multiplies the keys, the tiled
+    and factored paths keep k_scale in the scalar factor of the logits (`scale_logits`), and the
+    shift's term q'_i . u_k is constant over j (softmax ignores it); the key means are
+    `shift_k` of the mean key on every path."""
     q_BTHK, k_BSHK = normalize_qk(q_BTHK, k_BSHK, knobs, qk_norm)
     if rotary_dims:
         q_BTHK = rotary.rotate(q_BTHK, rotary_dims, rotary_base)
         k_BSHK = rotary.rotate(k_BSHK, rotary_dims, rotary_base)
-    return knobs["q_scale"] * q_BTHK + knobs["q_shift"] * u_q_HK, k_BSHK
+    return shift_q(q_BTHK, u_q_HK, knobs), k_BSHK
 
 
 def shape_qk(
@@ -87,9 +101,9 @@ def shape_qk(
     rotary_dims: int = 0,
     rotary_base: float = 10000.0,
 ):
-    """(q', k'): `shape_q`, then k' = k_scale k + k_shift u_k."""
+    """(q', k'): `shape_q`, then k' = `shift_k`(k)."""
     q_BTHK, k_BSHK = shape_q(q_BTHK, k_BSHK, knobs, u_q_HK, qk_norm, rotary_dims, rotary_base)
-    return q_BTHK, knobs["k_scale"] * k_BSHK + knobs["k_shift"] * u_k_HK
+    return q_BTHK, shift_k(k_BSHK, u_k_HK, knobs)
 
 
 def scale_logits(x, d_head: int, temperature, dtype=None):

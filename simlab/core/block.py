@@ -143,7 +143,7 @@ def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
         dtype = jnp.promote_types(q.dtype, jnp.float32)
         beta = patterns.beta(spec.pattern, knobs).astype(dtype)
         w = patterns.weights(spec.pattern, beta, b, spec.n_heads, t, s, spec.causal, dtype)
-    k = k + knobs["k_shift"] * u_k_HK
+    k = k + knobs["k_shift"] * u_k_HK  # = attention.shift_k of the normalised keys
     out = attention.attend(w, v, p["wo"], p["bo"])
     return Attn(
         out,
@@ -173,7 +173,7 @@ def tiled_attention(
         p["wo"],
         spec.causal,
     )
-    k_mean = knobs["k_scale"] * jnp.mean(k, axis=(0, 1)) + knobs["k_shift"] * u_k_HK
+    k_mean = attention.shift_k(jnp.mean(k, axis=(0, 1)), u_k_HK, knobs)
     return Attn(rs.out + p["bo"], rs.entropy, rs.max, jnp.mean(q, axis=(0, 1)), k_mean, None)
 
 
@@ -185,7 +185,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
     beta = patterns.beta(spec.pattern, knobs).astype(jnp.promote_types(v.dtype, jnp.float32))
     out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
     shape = (q.shape[0], spec.n_heads, q.shape[1])
-    k_mean = knobs["k_scale"] * jnp.mean(k, axis=(0, 1)) + knobs["k_shift"] * u_k_HK
+    k_mean = attention.shift_k(jnp.mean(k, axis=(0, 1)), u_k_HK, knobs)
     return Attn(
         out + p["bo"],
         jnp.broadcast_to(h_T, shape),

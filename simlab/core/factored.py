@@ -24,7 +24,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from simlab.core import tiled
-from simlab.core.attention import scale_logits
+from simlab.core.attention import scale_logits, shift_k, shift_q
 from simlab.core.block import Attn
 
 
@@ -82,10 +82,10 @@ def attention(
     """Layer-0 attention sub-layer at one point (see the module docstring)."""
     rows, a_v = hoisted["rows"], coefs[kv]
     qs, ks = knobs["q_scale"], knobs["k_scale"]
-    row = (
-        qs * (sum(coefs[c] * rows[c] for c in coefs if c != kv) + rows["_bias"])
-        + knobs["q_shift"] * rows["_shift"]
-    )  # (B, H, 1, S)
+    # the shaped query's j-dependent logit row, shift_q of (q . k_j, u_q . k_j): (B, H, 1, S)
+    row = shift_q(
+        sum(coefs[c] * rows[c] for c in coefs if c != kv) + rows["_bias"], rows["_shift"], knobs
+    )
     factor = scale_logits(ks * a_v, d_head, knobs["temperature"], row.dtype)
     qa = qs * a_v
     rs = tiled.attend(
@@ -103,6 +103,5 @@ def attention(
     out = a_v * rs.out + jnp.einsum("bshk,hkd->bsd", v_const_BSHK, wo_HKD) + p0["bo"]
     mq = sum(coefs[c] * hoisted["means"][c][0] for c in coefs) + p0["bq"]
     mk = sum(coefs[c] * hoisted["means"][c][1] for c in coefs) + p0["bk"]
-    q_mean = qs * mq + knobs["q_shift"] * u_q_HK
-    k_mean = ks * mk + knobs["k_shift"] * u_k_HK
+    q_mean, k_mean = shift_q(mq, u_q_HK, knobs), shift_k(mk, u_k_HK, knobs)
     return Attn(out, rs.entropy, rs.max, q_mean, k_mean, None)

@@ -30,12 +30,12 @@ _MATRICES = ("wq", "wk", "wv", "wo", "w1", "w2")
 
 
 def _fans(spec: BlockSpec, name: str) -> tuple[int, int]:
-    d, f = spec.d_model, spec.d_ff
+    d, f = spec.d_model, spec.mlp_width
     return {"w1": (d, f), "w2": (f, d)}.get(name, (d, d))
 
 
 def _shape(spec: BlockSpec, name: str) -> tuple[int, ...]:
-    d, h, k, f = spec.d_model, spec.n_heads, spec.d_head, spec.d_ff
+    d, h, k, f = spec.d_model, spec.n_heads, spec.d_head, spec.mlp_width
     return {
         "wq": (d, h, k),
         "wk": (d, h, k),
@@ -115,7 +115,7 @@ def init_params(spec: BlockSpec, key=None, dtype=None, noise=None) -> dict[str, 
     zeros, ones = jnp.zeros((L, d), dtype), jnp.ones((L, d), dtype)
     p.update(bo=zeros, ln1_g=ones, ln1_b=zeros, ln2_g=ones, ln2_b=zeros)
     if spec.mlp:
-        p["b1"] = jnp.zeros((L, spec.d_ff), dtype)
+        p["b1"] = jnp.zeros((L, spec.mlp_width), dtype)
         p["b2"] = zeros
     if spec.qk_weights == "tied":  # W_K = W_Q (the draws of W_K are left unused)
         p["wk"] = p["wq"]

@@ -176,7 +176,7 @@ class Lab:
         b, t, d = self.inputs.batch, self.inputs.length, self.block.d_model
         tile = self.tiling if self.tiling is not None else Tiling(b, t, b, t)  # plain: all
         logits = tile.seqs * tile.rows * self.block.n_heads * t
-        hidden = 2 * self.block.d_ff if self.block.mlp else 0
+        hidden = 2 * self.block.mlp_width if self.block.mlp else 0
         return 4 * (3 * logits + b * t * (12 * d + hidden))
 
     def default_micro_batch(self) -> int:

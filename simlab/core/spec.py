@@ -47,6 +47,7 @@ class BlockSpec:
     n_heads: int = 12
     mlp: bool = True
     mlp_ratio: int = 4
+    d_ff: int | None = None  # the MLP's hidden width itself (None: d_model * mlp_ratio)
     activation: str = "gelu"
     mlp_center: bool = False  # ablation: remove each token's mean hidden activation before W_2
     causal: bool = False
@@ -73,6 +74,13 @@ class BlockSpec:
         if not isinstance(self.mlp, bool):
             raise ConfigError(f"{where}.mlp: must be true or false, got {self.mlp!r}")
         check_int(f"{where}.mlp_ratio", self.mlp_ratio, 1, 64)
+        if self.d_ff is not None:
+            check_int(f"{where}.d_ff", self.d_ff, 1, 1 << 20)
+            if self.mlp_ratio != 4:
+                raise ConfigError(
+                    f"{where}.d_ff: {self.d_ff} and mlp_ratio = {self.mlp_ratio} both set the MLP "
+                    "width; set one (d_ff is the width itself, mlp_ratio its multiple of d_model)"
+                )
         check_choice(f"{where}.activation", self.activation, ACTIVATIONS)
         if not isinstance(self.mlp_center, bool):
             raise ConfigError(f"{where}.mlp_center: must be true or false, got {self.mlp_center!r}")
@@ -103,9 +111,10 @@ class BlockSpec:
         return self
 
     @property
-    def d_ff(self) -> int:
-        """The MLP's hidden width F = d_model * mlp_ratio (every use reads it here)."""
-        return self.d_model * self.mlp_ratio
+    def mlp_width(self) -> int:
+        """The MLP's hidden width F: d_ff where given, else d_model * mlp_ratio (every use reads
+        it here)."""
+        return self.d_ff if self.d_ff is not None else self.d_model * self.mlp_ratio
 
     @property
     def rotary_dims(self) -> int:

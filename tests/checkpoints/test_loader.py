@@ -7,6 +7,7 @@ import json
 import pathlib
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -264,7 +265,7 @@ UNSUPPORTED = [
     ("bert", {"hidden_act": "gelu_fast"}, r"hidden_act: activation 'gelu_fast' is not supported"),
     ("bert", {"position_embedding_type": "relative_key"}, r"position_embedding_type: 'relative_"),
     ("bert", {"num_attention_heads": 3}, r"num_attention_heads: 3 does not divide hidden_size 16"),
-    ("bert", {"intermediate_size": 40}, r"intermediate_size: 40 is not a multiple of hidden_size"),
+    ("bert", {"intermediate_size": 0}, r"intermediate_size: must be an integer >= 1, got 0"),
     ("bert", {"hidden_size": None}, r"hidden_size: missing"),
     ("gpt2", {"scale_attn_by_inverse_layer_idx": True}, r"scale_attn_by_inverse_layer_idx: True "),
     (
@@ -363,3 +364,78 @@ def test_layers_ids_and_length():
     with pytest.raises(ConfigError, match=r"inputs.length: 33 tokens exceed the checkpoint's 32"):
         ck.check_length(33)
     assert load(FIXTURES / "roberta").max_positions == 32  # 34 rows, from padding_idx + 1 = 2
+
+
+def _np_bert_layer(x, t, i, d, h, eps):
+    """One HF BertLayer in float64 numpy from the checkpoint's tensors (post-LN, exact GELU)."""
+    from math import erf
+
+    def w(name):
+        return np.asarray(t[f"encoder.layer.{i}.{name}"], np.float64)
+
+    def ln(z, g, b):
+        mu = z.mean(-1, keepdims=True)
+        var = ((z - mu) ** 2).mean(-1, keepdims=True)
+        return (z - mu) / np.sqrt(var + eps) * g + b
+
+    k = d // h
+    q, kk, v = (
+        (x @ w(f"attention.self.{n}.weight").T + w(f"attention.self.{n}.bias")).reshape(
+            x.shape[0], x.shape[1], h, k
+        )
+        for n in ("query", "key", "value")
+    )
+    s = np.einsum("bthk,bshk->bhts", q, kk) / np.sqrt(k)
+    a = np.exp(s - s.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    o = np.einsum("bhts,bshk->bthk", a, v).reshape(x.shape)
+    o = o @ w("attention.output.dense.weight").T + w("attention.output.dense.bias")
+    h1 = ln(x + o, w("attention.output.LayerNorm.weight"), w("attention.output.LayerNorm.bias"))
+    g = h1 @ w("intermediate.dense.weight").T + w("intermediate.dense.bias")
+    g = g * 0.5 * (1.0 + np.vectorize(erf)(g / np.sqrt(2.0)))
+    m = g @ w("output.dense.weight").T + w("output.dense.bias")
+    return ln(h1 + m, w("output.LayerNorm.weight"), w("output.LayerNorm.bias"))
+
+
+def test_an_mlp_width_that_is_no_multiple_of_the_model_width(tmp_path):
+    """intermediate_size 40 at hidden_size 16 (HF allows any width; 100 at 48 was refused): the
+    block gets d_ff = 40, and every layer equals a float64 numpy BertLayer on the same tensors
+    (to 1e-12 under x64, 1e-5 in float32)."""
+    folder = copy("bert", tmp_path / "m")
+    edit_config(folder, intermediate_size=40)
+    r = np.random.default_rng(0)
+
+    def widen(t):
+        for i in range(2):
+            t[f"encoder.layer.{i}.intermediate.dense.weight"] = r.normal(0, 0.2, (40, 16)).astype(
+                np.float32
+            )
+            t[f"encoder.layer.{i}.intermediate.dense.bias"] = r.normal(0, 0.1, 40).astype(
+                np.float32
+            )
+            t[f"encoder.layer.{i}.output.dense.weight"] = r.normal(0, 0.2, (16, 40)).astype(
+                np.float32
+            )
+
+    save_tensors(folder, widen)
+    ck = load(folder)
+    spec = ck.block()
+    assert spec.d_ff == 40 and spec.mlp_width == 40
+    t, _ = files.read_tensors(folder)
+    ids = np.asarray([[2, 5, 7, 11, 3, 9], [4, 4, 8, 1, 6, 2]])
+    for x64, tol in ((True, 1e-12), (False, 1e-5)):
+        with jax.enable_x64(x64):
+            hs = [np.asarray(a, np.float64) for a in ck.hidden_states(ids)]
+        for i in range(2):
+            want = _np_bert_layer(hs[i], t, i, 16, 2, 1e-12)
+            err = np.max(np.abs(hs[i + 1] - want)) / np.max(np.abs(want))
+            assert err < tol, (x64, i, err)
+
+
+def test_d_ff_and_mlp_ratio_together_are_refused():
+    from simlab.core.spec import BlockSpec
+
+    with pytest.raises(ConfigError, match=r"block.d_ff: 40 and mlp_ratio = 2 both set"):
+        BlockSpec(d_model=16, n_heads=2, d_ff=40, mlp_ratio=2).validate()
+    assert BlockSpec(d_model=16, n_heads=2, d_ff=40).validate().mlp_width == 40
+    assert BlockSpec(d_model=16, n_heads=2, mlp_ratio=3).validate().mlp_width == 48

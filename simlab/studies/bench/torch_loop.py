@@ -47,7 +47,8 @@ def draw(block: dict, inputs: dict, seed: int, device: str = "cpu") -> dict[str,
     """Weights, embedding table, token ids and drift direction with torch's generator."""
     torch = _torch()
     g = torch.Generator().manual_seed(seed)
-    d, f = block["d_model"], block["d_model"] * block.get("mlp_ratio", 4)
+    d = block["d_model"]
+    f = block.get("d_ff") or d * block.get("mlp_ratio", 4)
 
     def normal(*shape, std=0.02):
         return torch.randn(*shape, generator=g) * std

@@ -39,6 +39,11 @@ THEORY: dict[str, Callable[[Results], tuple]] = {
 }
 
 
+def _mlp_ratio(b: dict) -> float:
+    """F / D of a stored [block] table (its d_ff where set, else mlp_ratio)."""
+    return (b.get("d_ff") or b["d_model"] * b.get("mlp_ratio", 4)) / b["d_model"]
+
+
 def _mlp_mean_gain(res: Results):
     """Width figure: the closed-form gain of the MLP's shared output (theory.mlp_mean_gain), at
     the drifts well below the tokens' norm sqrt(d) embed_std where it applies."""
@@ -47,7 +52,8 @@ def _mlp_mean_gain(res: Results):
         return None
     n = res.axes["drift_norm"]
     n = n[n <= 0.2 * math.sqrt(b["d_model"]) * i["embed_std"]]
-    gain = 0.0 if b.get("mlp_center") else float(theory.mlp_mean_gain(b["d_model"], b["mlp_ratio"]))
+    ratio = _mlp_ratio(b)
+    gain = 0.0 if b.get("mlp_center") else float(theory.mlp_mean_gain(b["d_model"], ratio))
     return n, np.full(n.shape, gain), "closed form (MLP mean output), small N"
 
 
@@ -99,7 +105,7 @@ def mean_field_per_seed(res: Results, own_weights: bool = True) -> np.ndarray | 
     names = ("drift_vo", "drift_vo_dot", "mlp_shared", "mlp_drift_dot", "mlp_trace")
     if any(n not in res.covariates for n in names) or len(res.axes) != 1:
         return None
-    d, ratio = b["d_model"], b.get("mlp_ratio", 4)
+    d, ratio = b["d_model"], _mlp_ratio(b)
     rho0 = np.asarray(res["input_cos"], float)  # (N, seeds)
     if not own_weights:
         return gains.mean_field_gain(rho0, gains.expected_drift_gain_factor(d), d, ratio)
