@@ -103,16 +103,12 @@ def main(root: Path) -> str:
         )
         db = _soft(soft, "out_cos_gain", n, -1, 0) - _soft(soft, "out_cos_gain", n, 0, 0)
         da = _soft(soft, "out_cos_gain", n, -1, 1) - _soft(soft, "out_cos_gain", n, 0, 1)
-        dc = _soft(soft, "out_cos_centred_gain", n, -1, 0) - _soft(
-            soft, "out_cos_centred_gain", n, 0, 0
-        )
         ch, vh = cell(dh)
         verdicts[name] = vh
         lines.append(
             f"- {name} (N = {n:g}): at {head_size} sharper attention {WORDS[vh]} the global "
             f"anisotropy the block adds ({ch}, {vh}); at {size}: both branches "
-            f"{cell(db)[0]} ({cell(db)[1]}), the attention alone {cell(da)[0]} ({cell(da)[1]}); "
-            f"after centring (out_cos_centred_gain) {cell(dc)[0]} ({cell(dc)[1]})."
+            f"{cell(db)[0]} ({cell(db)[1]}), the attention alone {cell(da)[0]} ({cell(da)[1]})."
         )
     lines += [
         "",

@@ -330,3 +330,34 @@ GEOMETRY = (
     "common_share",
     "rank1_residual",
 )
+
+
+def test_vmapped_eigh_decomposes_one_matrix_at_a_time_with_the_same_numbers():
+    """Under vmap (twice) geometry.eigh calls LAPACK on single matrices in sequence (the batched
+    call can deadlock XLA:CPU's thread pool: docs/metrics.md, "Cost"), and gives what
+    jnp.linalg.eigh gives matrix by matrix."""
+    a = rng(17).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    a = jnp.asarray(a + np.swapaxes(a, -1, -2))
+    jaxpr = jax.make_jaxpr(jax.vmap(jax.vmap(g.eigh)))(a)
+    shapes = []
+
+    def walk(jx):
+        for eqn in jx.eqns:
+            if eqn.primitive.name == "eigh":
+                shapes.append(eqn.invars[0].aval.shape)
+            for p in eqn.params.values():
+                for j in p if isinstance(p, (list, tuple)) else (p,):
+                    inner = getattr(j, "jaxpr", None)
+                    if inner is not None:
+                        walk(getattr(inner, "jaxpr", inner))
+
+    walk(jaxpr.jaxpr)
+    assert shapes and all(s == (5, 5) for s in shapes), shapes
+    w, v = jax.jit(jax.vmap(jax.vmap(g.eigh)))(a)
+    for i in range(2):
+        for j in range(3):
+            w0, v0 = jnp.linalg.eigh(a[i, j])
+            np.testing.assert_allclose(np.asarray(w[i, j]), np.asarray(w0), rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(
+                np.abs(np.asarray(v[i, j])), np.abs(np.asarray(v0)), rtol=1e-5, atol=1e-5
+            )

@@ -244,3 +244,19 @@ def test_format_table_is_fixed_width():
     lines = check_theory.format_table([r]).splitlines()
     assert len(lines) == 4  # header, rule, a wrapped row of two lines
     assert lines[0].startswith("claim") and set(lines[1]) <= {"-", " "}
+
+
+def test_claim_11s_committed_data_recomputes_the_page():
+    """docs/theory.md's claim 11 result is the committed simulation data
+    (figures/data/theory_clamp_gains.json) scored again by the code as it is, verdict
+    included: the page's numbers recompute from the repository."""
+    from pathlib import Path
+
+    from conftest import doc_block
+
+    root = Path(__file__).resolve().parents[2]
+    (r,) = check_theory.rescore_json(root / "figures" / "data" / "theory_clamp_gains.json")
+    assert r.verdict == "agrees"
+    got = check_theory.format_table([r]) + "\n\n" + check_theory.format_details([r])
+    text = (root / "docs" / "theory.md").read_text()
+    assert doc_block(text, "claim11") == "```\n" + got + "\n```\n"
