@@ -23,6 +23,7 @@ import numpy as np
 from simlab.checkpoints import files
 from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
 from simlab.core import block as blocks
+from simlab.core import geometry
 from simlab.core.inputs import INPUTS
 from simlab.core.knobs import knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
@@ -123,6 +124,23 @@ class Checkpoint:
             x = blocks.layer_apply(spec, p, x, knobs, zeros, zeros).y
             out.append(x)
         return out
+
+    def embedding_geometry(self, dtype=None) -> dict[str, float]:
+        """The geometry of the token embedding matrix W (vocab x D, the `word` table), as
+        Machina & Mercer 2024 and Mu & Viswanath 2018 measure a model's embeddings: the
+        partition isotropy I(W) raw and centred, the participation ratio and IsoScore of its
+        covariance, and the common share |wbar|^2 / mean |w|^2 (simlab.core.geometry;
+        docs/metrics.md)."""
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        w = jnp.asarray(self.tables["word"], dtype)
+        cov = geometry.covariance(geometry.moments(w[None]))
+        return {
+            "partition_iso": float(geometry.partition_isotropy(w)),
+            "partition_iso_centred": float(geometry.partition_isotropy(w, centred=True)),
+            "participation_ratio": float(geometry.participation_ratio(cov)),
+            "isoscore": float(geometry.isoscore_of(cov)),
+            "common_share": float(geometry.common_share(w)),
+        }
 
     def identity(self) -> dict:
         """What names these weights in a fingerprint: the architecture and the file hashes."""

@@ -439,3 +439,34 @@ def test_d_ff_and_mlp_ratio_together_are_refused():
         BlockSpec(d_model=16, n_heads=2, d_ff=40, mlp_ratio=2).validate()
     assert BlockSpec(d_model=16, n_heads=2, d_ff=40).validate().mlp_width == 40
     assert BlockSpec(d_model=16, n_heads=2, mlp_ratio=3).validate().mlp_width == 48
+
+
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "gpt_neox"])
+def test_embedding_geometry_vs_numpy(arch):
+    """A checkpoint's token embedding matrix W: partition isotropy (Mu & Viswanath: Z(c) summed
+    explicitly over +- each eigenvector of W^T W), PR, IsoScore = (PR - 1)/(D - 1) and the
+    common share, against float64 numpy on the fixture's table, under x64."""
+    ck = load(FIXTURES / arch)
+    w = np.asarray(ck.tables["word"], np.float64)
+
+    def partition(x):
+        _, vecs = np.linalg.eigh(x.T @ x)
+        z = [np.sum(np.exp(x @ (s * vecs[:, j]))) for j in range(x.shape[1]) for s in (1, -1)]
+        return min(z) / max(z)
+
+    c = w - w.mean(0)
+    lam = np.linalg.eigvalsh(c.T @ c / len(w))
+    pr = lam.sum() ** 2 / np.sum(lam**2)
+    with jax.enable_x64(True):
+        got = ck.embedding_geometry()
+    want = {
+        "partition_iso": partition(w),
+        "partition_iso_centred": partition(c),
+        "participation_ratio": pr,
+        "isoscore": (pr - 1) / (w.shape[1] - 1),
+        "common_share": np.sum(w.mean(0) ** 2) / np.mean(np.sum(w**2, 1)),
+    }
+    assert set(got) == set(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-9, err_msg=k)
+    assert 0 < got["partition_iso"] <= 1 and 0 < got["partition_iso_centred"] <= 1
