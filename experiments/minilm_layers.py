@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simlab.engine import records
 from simlab.engine.results import seed_ci
 
 MODEL = "all-minilm-l6-v2"
@@ -144,7 +145,7 @@ def run(root: Path) -> None:
         "inputs": list(INPUTS),
         "metrics": [m for m, _ in METRICS],
         "dims": ["weights", "inputs", "seed", "layer", "metric"],
-        "versions": {"jax": jax.__version__, "numpy": np.__version__},
+        "versions": records.versions("tokenizers"),
         "dtype": str(jnp.zeros(()).dtype),
     }
     (d / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
