@@ -10,6 +10,7 @@ are refused; docs/checkpoints.md).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from simlab.core.inputs import INPUTS, InputKind, embedding_noise, token_ids
@@ -21,9 +22,13 @@ def _tokens_noise(spec, d: int) -> dict:
 
 
 def _tokens(spec, d: int, z: dict, t_key, weights) -> dict:
-    ids = weights.ids
-    if ids is None:
-        ids = token_ids(spec, noise={"ids": z["ids"]})
+    if weights.ids is not None:
+        # fixed ids and fixed weights: the lower layers are evaluated here, once, and reach
+        # the compiled program as data; traced, XLA would constant-fold them at compile time
+        # (a minute per layer at BERT's size)
+        with jax.ensure_compile_time_eval():
+            return {"x": weights.hidden(jnp.asarray(weights.ids), z["u_b"].dtype)}
+    ids = token_ids(spec, noise={"ids": z["ids"]})
     return {"x": weights.hidden(jnp.asarray(ids), z["u_b"].dtype)}
 
 

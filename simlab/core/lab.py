@@ -231,6 +231,13 @@ class Lab:
             "comps": self._components(part("x."), jax.random.fold_in(key, 1)),
             **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()},
         }
+        if self.weights is not None:
+            # trained weights (and inputs from fixed ids) are constants of this program: the
+            # barrier keeps XLA from constant-folding the hoisted projections and scores below
+            # at compile time (seconds per dot at MiniLM's size); they run as data instead
+            state["params"], state["comps"] = jax.lax.optimization_barrier(
+                (state["params"], state["comps"])
+            )
         if self.hoist:
             p0 = jax.tree.map(lambda a: a[0], state["params"])
             zero = jnp.zeros_like(p0["bq"])
