@@ -50,7 +50,8 @@ METRICS = ("input_cos", "out_cos_gain", "out_isoscore", "out_common_share", "att
 OUT = "minilm_sharpness"
 
 
-def run(root: Path) -> None:
+def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
+    """Compute and write the data (all layers and seeds by default; fewer for a check)."""
     from simlab.checkpoints import load, models
     from simlab.core.knobs import knob_arrays
     from simlab.core.lab import Lab
@@ -64,7 +65,7 @@ def run(root: Path) -> None:
     docs, _ = text.documents()
     corpus = models.encode(tok, "\n\n".join(d.decode("utf-8", "replace") for _, d in docs))
     windows = []
-    for s in range(SEEDS):  # the windows of minilm_layers.py's seed s, drawn in its order
+    for s in range(seeds):  # the windows of minilm_layers.py's seed s, drawn in its order
         rng = np.random.default_rng(s)
         t = models.text_windows(corpus, cls, sep, BATCH, LENGTH, rng)
         body = rng.integers(0, ck.vocab, (BATCH, LENGTH - 2))
@@ -75,17 +76,19 @@ def run(root: Path) -> None:
     grid = {k: jnp.stack([p[k] for p in pts]) for k in pts[0]}
     one = knob_arrays({})
     # (layer, input, seed, lambda + 1 (the last: uniform clamp), metric)
-    out = np.zeros((ck.n_layers, len(INPUTS), SEEDS, len(LAMBDAS) + 1, len(METRICS)))
+    layers = range(ck.n_layers) if layers is None else layers
+    out = np.zeros((len(layers), len(INPUTS), seeds, len(LAMBDAS) + 1, len(METRICS)))
     key = jax.random.PRNGKey(0)
-    for layer in range(ck.n_layers):
+    for li, layer in enumerate(layers):
+        w0 = ck.at(layer, ids=windows[0]["text"])
         labs = {
-            p: Lab(ck.block(1, pattern=p), spec, METRICS, weights=ck.at(layer, ids=windows[0]["text"]))
+            p: Lab(ck.block(1, pattern=p), spec, METRICS, weights=w0)
             for p in ("softmax", "uniform")
-        }  # fmt: skip
+        }
         soft = jax.jit(jax.vmap(labs["softmax"].point, in_axes=(None, 0)))
         unif = jax.jit(labs["uniform"].point)
         for j, inp in enumerate(INPUTS):
-            for s in range(SEEDS):
+            for s in range(seeds):
                 # the points are the same program for every window set: only the seed state
                 # (the layer's input, from these windows) differs
                 w = ck.at(layer, ids=windows[s][inp])
@@ -93,8 +96,8 @@ def run(root: Path) -> None:
                 lab_u = Lab(ck.block(1, pattern="uniform"), spec, METRICS, weights=w)
                 b = unif(lab_u.seed_state(key), one)
                 for m, name in enumerate(METRICS):
-                    out[layer, j, s, :-1, m] = np.asarray(a[name])
-                    out[layer, j, s, -1, m] = float(b[name])
+                    out[li, j, s, :-1, m] = np.asarray(a[name])
+                    out[li, j, s, -1, m] = float(b[name])
         print(f"layer {layer + 1}/{ck.n_layers}", file=sys.stderr, flush=True)
     d = root / OUT
     d.mkdir(parents=True, exist_ok=True)
@@ -102,7 +105,8 @@ def run(root: Path) -> None:
     meta = {
         "model": MODEL,
         "files": dict(ck.hashes),
-        "seeds": SEEDS,
+        "seeds": seeds,
+        "layers": list(layers),
         "batch": BATCH,
         "length": LENGTH,
         "lambdas": list(LAMBDAS),
@@ -143,6 +147,7 @@ def main(root: Path) -> str:
         "experiments/gallery_geometry.py.",
         "",
     ]
+    verdicts = {}
     for j, inp in enumerate(meta["inputs"]):
         lines += [
             f"**{inp}** (H / ln T at lambda {lam[0]:g} / 1 / {lam[-1]:g}; out_cos_gain: the "
@@ -166,7 +171,21 @@ def main(root: Path) -> str:
                 f"| {layer} | {h[0]:.3f} / {h[1]:.3f} / {h[2]:.3f} | {g1:+.4f} | "
                 f"{tu[0]} ({tu[1]}) | {sh[0]} ({sh[1]}) | {si[0]} ({si[1]}) | {fl[0]} ({fl[1]}) |"
             )
+            verdicts.setdefault(inp, []).append((tu[1], sh[1], si[1]))
         lines.append("")
+    lines += ["**Read off the verdicts** (layers by verdict):", ""]
+    for inp, rows in verdicts.items():
+
+        def which(k, rows=rows):
+            groups = {}
+            for layer, r in enumerate(rows):
+                groups.setdefault(r[k], []).append(str(layer))
+            return "; ".join(f"{v} in {', '.join(ls)}" for v, ls in sorted(groups.items()))
+
+        lines.append(
+            f"- {inp}: trained attention against uniform, on the layer's added cosine "
+            f"anisotropy: {which(0)}. Sharpening it: {which(1)}; on IsoScore: {which(2)}."
+        )
     return "\n".join(lines).rstrip() + "\n"
 
 

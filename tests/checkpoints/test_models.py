@@ -77,6 +77,24 @@ def test_docs_carry_the_layer_study_printed_from_its_data():
     assert doc_block(text, "minilm") == experiment_script("minilm_layers").main(DATA)
 
 
+def test_docs_carry_the_sharpness_study_printed_from_its_data():
+    text = (ROOT / "docs" / "checkpoints.md").read_text()
+    got = experiment_script("minilm_sharpness").main(DATA)
+    assert doc_block(text, "minilm-sharpness") == got
+    gallery = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(gallery, "minilm-sharpness") == got
+
+
+@pytest.mark.model
+@needs_model
+def test_the_sharpness_study_recomputes_layer_0_seed_0(tmp_path):
+    mod = experiment_script("minilm_sharpness")
+    mod.run(tmp_path, layers=[0], seeds=1)
+    got = np.load(tmp_path / "minilm_sharpness" / "results.npz")["values"]
+    want = np.load(DATA / "minilm_sharpness" / "results.npz")["values"][:1, :, :1]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.model
 @needs_model
 def test_the_layer_study_recomputes_seed_0(monkeypatch, tmp_path):
