@@ -59,6 +59,18 @@ METRICS = (
 OUT = "minilm_layers"
 
 
+def draw_windows(rng, corpus, cls: int, sep: int, vocab: int) -> dict[str, np.ndarray]:
+    """One seed's windows, in this order from rng: "text" (simlab.checkpoints.models.
+    text_windows of the corpus ids), then "ids" (uniform over the vocabulary), each
+    (BATCH, LENGTH) with [CLS] first and [SEP] last."""
+    from simlab.checkpoints import models
+
+    text = models.text_windows(corpus, cls, sep, BATCH, LENGTH, rng)
+    body = rng.integers(0, vocab, (BATCH, LENGTH - 2))
+    ids = np.concatenate([np.full((BATCH, 1), cls), body, np.full((BATCH, 1), sep)], axis=1)
+    return {"text": text, "ids": ids}
+
+
 def hf_init(ck, rng):
     """The checkpoint's architecture at BertModel._init_weights: weights N(0, 0.02), biases 0,
     LayerNorm gain 1 and bias 0 (the tables likewise; the type row is an embedding)."""
@@ -112,17 +124,7 @@ def run(root: Path) -> None:
     out = np.zeros((len(WEIGHTS), len(INPUTS), SEEDS, ck.n_layers + 1, len(METRICS)))
     for s in range(SEEDS):
         rng = np.random.default_rng(s)
-        windows = {
-            "text": models.text_windows(ids, cls, sep, BATCH, LENGTH, rng),
-            "ids": np.concatenate(
-                [
-                    np.full((BATCH, 1), cls),
-                    rng.integers(0, ck.vocab, (BATCH, LENGTH - 2)),
-                    np.full((BATCH, 1), sep),
-                ],
-                axis=1,
-            ),
-        }
+        windows = draw_windows(rng, ids, cls, sep, ck.vocab)
         cks = {"trained": ck, "HF init": hf_init(ck, rng)}
         for i, w in enumerate(WEIGHTS):
             for j, inp in enumerate(INPUTS):

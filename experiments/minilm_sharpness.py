@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gallery_geometry import floor, verdict  # noqa: E402  (the declared rule, one copy)
-from minilm_layers import BATCH, LENGTH, MODEL, SEEDS  # noqa: E402
+from minilm_layers import BATCH, LENGTH, MODEL, SEEDS, draw_windows  # noqa: E402
 
 from simlab.engine import records  # noqa: E402
 from simlab.engine.results import seed_ci  # noqa: E402
@@ -65,12 +65,8 @@ def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
     docs, _ = text.documents()
     corpus = models.encode(tok, "\n\n".join(d.decode("utf-8", "replace") for _, d in docs))
     windows = []
-    for s in range(seeds):  # the windows of minilm_layers.py's seed s, drawn in its order
-        rng = np.random.default_rng(s)
-        t = models.text_windows(corpus, cls, sep, BATCH, LENGTH, rng)
-        body = rng.integers(0, ck.vocab, (BATCH, LENGTH - 2))
-        ids = np.concatenate([np.full((BATCH, 1), cls), body, np.full((BATCH, 1), sep)], 1)
-        windows.append({"text": t, "ids": ids})
+    for s in range(seeds):  # the windows of minilm_layers.py's seed s
+        windows.append(draw_windows(np.random.default_rng(s), corpus, cls, sep, ck.vocab))
     spec = InputSpec(kind="tokens", batch=BATCH, length=LENGTH, vocab=ck.vocab)
     pts = [knob_arrays({"q_scale": lam, "k_scale": lam}) for lam in LAMBDAS]
     grid = {k: jnp.stack([p[k] for p in pts]) for k in pts[0]}

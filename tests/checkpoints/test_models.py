@@ -85,6 +85,59 @@ def test_docs_carry_the_sharpness_study_printed_from_its_data():
     assert doc_block(gallery, "minilm-sharpness") == got
 
 
+def test_docs_carry_the_head_table_printed_from_its_data():
+    text = (ROOT / "docs" / "checkpoints.md").read_text()
+    assert doc_block(text, "minilm-heads") == experiment_script("minilm_heads").main(DATA)
+
+
+@pytest.mark.model
+@needs_model
+def test_the_head_table_recomputes_seed_0(tmp_path):
+    mod = experiment_script("minilm_heads")
+    mod.run(tmp_path, seeds=1)
+    got = np.load(tmp_path / "minilm_heads" / "results.npz")["values"]
+    want = np.load(DATA / "minilm_heads" / "results.npz")["values"][:, :, :1]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_head_stats_match_a_numpy_oracle():
+    """The per-head quantities of minilm_heads.py on a random layer, against float64 numpy."""
+    import jax
+
+    mod = experiment_script("minilm_heads")
+    r = np.random.default_rng(3)
+    d, h, k, b, t = 8, 2, 4, 2, 6
+    p = {
+        "wq": r.normal(0, 0.5, (d, h, k)),
+        "bq": r.normal(0, 0.5, (h, k)),
+        "wk": r.normal(0, 0.5, (d, h, k)),
+        "bk": r.normal(0, 0.5, (h, k)),
+    }
+    x = r.normal(0, 1, (b, t, d))
+    punct = (r.random((b, t)) < 0.3).astype(float)
+    with jax.enable_x64(True):
+        got = np.asarray(mod.head_stats(p, x, punct))
+    q = np.einsum("btd,dhk->bthk", x, p["wq"]) + p["bq"]
+    kk = np.einsum("btd,dhk->bthk", x, p["wk"]) + p["bk"]
+    mq, mk = q.mean((0, 1)), kk.mean((0, 1))
+    s = np.einsum("bthk,bshk->bhts", q, kk) / np.sqrt(k)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    want = np.stack(
+        [
+            np.linalg.norm(mq, axis=-1),
+            np.linalg.norm(mk, axis=-1),
+            np.sum(mq * mk, -1) / (np.linalg.norm(mq, axis=-1) * np.linalg.norm(mk, axis=-1)),
+            (-np.sum(w * np.log(w), -1)).mean((0, 2)) / np.log(t),
+            w[..., 0].mean((0, 2)),
+            w[..., -1].mean((0, 2)),
+            np.einsum("bhts,bs->bht", w, punct).mean((0, 2)),
+        ],
+        -1,
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.model
 @needs_model
 def test_the_sharpness_study_recomputes_layer_0_seed_0(tmp_path):
