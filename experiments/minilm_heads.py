@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from minilm_layers import BATCH, LENGTH, MODEL, SEEDS, cell, draw_windows  # noqa: E402
+from minilm_layers import BATCH, LENGTH, MODEL, SEEDS, cell, cli, draw_windows, setup  # noqa: E402
 
 from simlab.engine import records  # noqa: E402
 
@@ -58,15 +58,7 @@ def head_stats(p, x_BTD, punct_BS):
 
 
 def run(root: Path, seeds: int = SEEDS) -> None:
-    from simlab.checkpoints import load, models
-    from simlab.studies.train_dynamics import text
-
-    folder = models.find(MODEL)
-    ck = load(folder)
-    tok = models.tokenizer(folder)
-    cls, sep = models.special_ids(tok)
-    docs, _ = text.documents()
-    corpus = models.encode(tok, "\n\n".join(d.decode("utf-8", "replace") for _, d in docs))
+    ck, tok, cls, sep, _, corpus = setup()
     vocab = tok.get_vocab()
     punct = np.zeros(max(vocab.values()) + 1, np.float32)
     for s, i in vocab.items():
@@ -131,8 +123,4 @@ def main(root: Path) -> str:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args and args[0] == "run":
-        run(Path(args[1]) if len(args) > 1 else Path("figures/data"))
-    else:
-        print(main(Path(args[0]) if args else Path("figures/data")), end="")
+    cli(run, main)

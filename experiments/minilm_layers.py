@@ -71,6 +71,29 @@ def draw_windows(rng, corpus, cls: int, sep: int, vocab: int) -> dict[str, np.nd
     return {"text": text, "ids": ids}
 
 
+def setup():
+    """(checkpoint, tokenizer, [CLS] id, [SEP] id, the corpus text, its token ids): what every
+    MiniLM study starts from (the installed model, the standard library's docstrings)."""
+    from simlab.checkpoints import load, models
+    from simlab.studies.train_dynamics import text
+
+    folder = models.find(MODEL)
+    tok = models.tokenizer(folder)
+    cls, sep = models.special_ids(tok)
+    docs, _ = text.documents()
+    corpus = "\n\n".join(d.decode("utf-8", "replace") for _, d in docs)
+    return load(folder), tok, cls, sep, corpus, models.encode(tok, corpus)
+
+
+def cli(run, main) -> None:
+    """`script.py run [DATA]` computes and writes; `script.py [DATA]` prints the block."""
+    args = sys.argv[1:]
+    if args and args[0] == "run":
+        run(Path(args[1]) if len(args) > 1 else Path("figures/data"))
+    else:
+        print(main(Path(args[0]) if args else Path("figures/data")), end="")
+
+
 def hf_init(ck, rng):
     """The checkpoint's architecture at BertModel._init_weights: weights N(0, 0.02), biases 0,
     LayerNorm gain 1 and bias 0 (the tables likewise; the type row is an embedding)."""
@@ -111,16 +134,7 @@ def layer_metrics(h_BTD):
 
 
 def run(root: Path) -> None:
-    from simlab.checkpoints import load, models
-    from simlab.studies.train_dynamics import text
-
-    folder = models.find(MODEL)
-    ck = load(folder)
-    tok = models.tokenizer(folder)
-    cls, sep = models.special_ids(tok)
-    docs, _ = text.documents()
-    corpus = "\n\n".join(d.decode("utf-8", "replace") for _, d in docs)
-    ids = models.encode(tok, corpus)
+    ck, _, cls, sep, corpus, ids = setup()
     out = np.zeros((len(WEIGHTS), len(INPUTS), SEEDS, ck.n_layers + 1, len(METRICS)))
     for s in range(SEEDS):
         rng = np.random.default_rng(s)
@@ -189,8 +203,4 @@ def main(root: Path) -> str:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args and args[0] == "run":
-        run(Path(args[1]) if len(args) > 1 else Path("figures/data"))
-    else:
-        print(main(Path(args[0]) if args else Path("figures/data")), end="")
+    cli(run, main)

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gallery_geometry import floor, verdict  # noqa: E402  (the declared rule, one copy)
-from minilm_layers import BATCH, LENGTH, MODEL, SEEDS, draw_windows  # noqa: E402
+from minilm_layers import BATCH, LENGTH, MODEL, SEEDS, cli, draw_windows, setup  # noqa: E402
 
 from simlab.engine import records  # noqa: E402
 from simlab.engine.results import seed_ci  # noqa: E402
@@ -52,18 +52,11 @@ OUT = "minilm_sharpness"
 
 def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
     """Compute and write the data (all layers and seeds by default; fewer for a check)."""
-    from simlab.checkpoints import load, models
     from simlab.core.knobs import knob_arrays
     from simlab.core.lab import Lab
     from simlab.core.spec import InputSpec
-    from simlab.studies.train_dynamics import text
 
-    folder = models.find(MODEL)
-    ck = load(folder)
-    tok = models.tokenizer(folder)
-    cls, sep = models.special_ids(tok)
-    docs, _ = text.documents()
-    corpus = models.encode(tok, "\n\n".join(d.decode("utf-8", "replace") for _, d in docs))
+    ck, _, cls, sep, _, corpus = setup()
     windows = []
     for s in range(seeds):  # the windows of minilm_layers.py's seed s
         windows.append(draw_windows(np.random.default_rng(s), corpus, cls, sep, ck.vocab))
@@ -186,8 +179,4 @@ def main(root: Path) -> str:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args and args[0] == "run":
-        run(Path(args[1]) if len(args) > 1 else Path("figures/data"))
-    else:
-        print(main(Path(args[0]) if args else Path("figures/data")), end="")
+    cli(run, main)

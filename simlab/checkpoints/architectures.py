@@ -192,6 +192,11 @@ def _layer_norm(x, g, b, eps):
 
 
 # ------------------------------------------------------------------------------ BERT, RoBERTa
+def _width(s: dict) -> int:
+    """The MLP width of a layer's spec fields (mlp_width's inverse)."""
+    return s.get("d_ff") or s["d_model"] * s["mlp_ratio"]
+
+
 def mlp_width(d: int, f: int) -> dict:
     """The BlockSpec fields of an MLP of hidden width f at model width d: mlp_ratio where f is a
     multiple of d it can say (so a checkpoint's fingerprint reads as it always has), else
@@ -219,7 +224,7 @@ def _bert_spec(c: Config) -> dict:
 
 def _bert_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h = s["d_model"], s["n_heads"]
-    f, k = s.get("d_ff") or d * s["mlp_ratio"], d // h
+    f, k = _width(s), d // h
     at, pre = f"encoder.layer.{i}.attention.", f"encoder.layer.{i}."
     out = {}
     for n, hf in (("q", "query"), ("k", "key"), ("v", "value")):
@@ -300,7 +305,7 @@ def _gpt2_spec(c: Config) -> dict:
 
 def _gpt2_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h = s["d_model"], s["n_heads"]
-    f, k = s.get("d_ff") or d * s["mlp_ratio"], d // h
+    f, k = _width(s), d // h
     pre = f"h.{i}."
     w = get(f"{pre}attn.c_attn.weight", (d, 3 * d))  # Conv1D: (in, out), y = x W + b
     b = get(f"{pre}attn.c_attn.bias", (3 * d,))
@@ -387,7 +392,7 @@ def _neox_spec(c: Config) -> dict:
 
 def _neox_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h = s["d_model"], s["n_heads"]
-    f, k = s.get("d_ff") or d * s["mlp_ratio"], d // h
+    f, k = _width(s), d // h
     pre = f"layers.{i}."
     w = get(f"{pre}attention.query_key_value.weight", (3 * d, d))
     b = get(f"{pre}attention.query_key_value.bias", (3 * d,), optional=True)
