@@ -101,16 +101,23 @@ def _i(values, x) -> int:
     return int(np.argmin(np.abs(np.asarray(values) - x)))
 
 
-def effect(res, metric: str, i: int) -> dict:
-    """Sharpening's effect on `metric` at drift index i, with its sizes and verdict."""
+def effect(res, metric: str, i: int, layer: int | None = None) -> dict:
+    """Sharpening's effect on `metric` at drift index i (the first and last lambda), with its
+    sizes and verdict; for a stack (a layer axis after the seeds) at layer `layer`. The
+    scale: the room left, mean(1 - input_cos), for out_cos_gain and for a stack's out_cos (the
+    anisotropy built by that layer, against the room the stack's input leaves: input_cos at
+    layer 0); |mean at lambda 1| for every other metric."""
     a, b = res[metric][i, 0], res[metric][i, -1]
+    if layer is not None:
+        a, b = a[..., layer], b[..., layer]
     d = b - a
     lo, hi = (float(v) for v in seed_ci(d, -1))
     cfg = res.meta["config"]
     n_tok = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
     res_f = floor(n_tok, cfg["block"]["d_model"], float(np.mean(a)), float(np.mean(b)))
-    if metric == "out_cos_gain":
-        scale = float(np.mean(1.0 - res["input_cos"][i, 0]))
+    if metric == "out_cos_gain" or (metric == "out_cos" and layer is not None):
+        x0 = res["input_cos"][i, 0]
+        scale = float(np.mean(1.0 - (x0 if layer is None else x0[..., 0])))
     else:
         scale = abs(float(np.mean(a)))
     mean = float(np.mean(d))

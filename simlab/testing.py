@@ -247,10 +247,14 @@ def pattern_cases(names: Iterable[str] | None = None) -> list[Case]:
 def metric_cases(names: Sequence[str]) -> list[Case]:
     """One case per block kind that can compute `names` (inputs rotating over the input kinds):
     a metric reading the MLP branch's output (`Metric.reads` "mlp") leaves out the kinds
-    without token_wise_mlp, which the Lab refuses for it (a plugin's kind may have none)."""
+    without token_wise_mlp, which the Lab refuses for it (a plugin's kind may have none); one
+    reading the token ids ("ids") rotates over the input kinds that have them."""
     reads_mlp = any("mlp" in METRICS[n].reads for n in names)
+    reads_ids = any("ids" in METRICS[n].reads for n in names)
     kinds = [k for k, b in BLOCKS.items() if not (reads_mlp and b.token_wise_mlp is None)]
-    inputs = itertools.cycle([k for k in INPUTS if not INPUTS[k].trained])
+    inputs = itertools.cycle(
+        [k for k, i in INPUTS.items() if not i.trained and not (reads_ids and i.ids is None)]
+    )
     return [Case(small_block(kind), small_inputs(next(inputs)), tuple(names)) for kind in kinds]
 
 

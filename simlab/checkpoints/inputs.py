@@ -27,9 +27,15 @@ def _tokens(spec, d: int, z: dict, t_key, weights) -> dict:
         # the compiled program as data; traced, XLA would constant-fold them at compile time
         # (a minute per layer at BERT's size)
         with jax.ensure_compile_time_eval():
-            return {"x": weights.hidden(jnp.asarray(weights.ids), z["u_b"].dtype)}
-    ids = token_ids(spec, noise={"ids": z["ids"]})
-    return {"x": weights.hidden(jnp.asarray(ids), z["u_b"].dtype)}
+            return {"x": weights.hidden(_tokens_ids(spec, z, weights), z["u_b"].dtype)}
+    return {"x": weights.hidden(_tokens_ids(spec, z, weights), z["u_b"].dtype)}
+
+
+def _tokens_ids(spec, z: dict, weights) -> jax.Array:
+    """The ids the tokens are embeddings of: the Weights' fixed ones, or drawn per seed."""
+    if weights.ids is not None:
+        return jnp.asarray(weights.ids)
+    return token_ids(spec, noise={"ids": z["ids"]})
 
 
 TOKENS = InputKind(
@@ -38,6 +44,7 @@ TOKENS = InputKind(
     _tokens,
     doc="a checkpoint's embeddings of uniform or Zipf token ids, through its lower layers",
     trained=True,
+    ids=_tokens_ids,
 )
 if TOKENS.name not in INPUTS:
     INPUTS.register(TOKENS, source=BUILTIN)

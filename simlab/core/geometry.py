@@ -23,7 +23,11 @@ metrics.md: each definition, its source, its cost and when to use which):
   IsoScore*            Rudman & Eickhoff 2023: the same steps on the singular values of the
                        shrunk covariance (1 - zeta) C + zeta C0 (C0 from a larger sample, or
                        the identity): (PR((1 - zeta) C + zeta C0) - 1) / (d - 1); at zeta = 0 it
-                       is IsoScore;
+                       is IsoScore. A sweep point has no larger sample: the registered metric
+                       shrinks towards the isotropic covariance of the same total variance,
+                       C0 = (tr C / d) I (scale-free, as IsoScore is), and then, with
+                       a = (1 - zeta)^2, 1 / PR* = a / PR + (1 - a) / d exactly (tr C0 = tr C,
+                       tr(C C0) = (tr C)^2 / d): a monotone function of PR; O(n d^2);
   partition isotropy   I = min_c Z(c) / max_c Z(c), Z(c) = sum_i exp(c . x_i), c over the unit
                        eigenvectors of X^T X (Mu & Viswanath 2018, after Arora et al. 2016);
                        "centred": the same on x_i - xbar and the eigenvectors of C. An
@@ -34,8 +38,10 @@ metrics.md: each definition, its source, its cost and when to use which):
   mean / variance      mean_i |x_i|^2 = |xbar|^2 + tr(C): the squared norm of the mean (the
                        common part) and the variance (the private parts), Yamagiwa &
                        Shimodaira 2024; the common share |xbar|^2 / mean_i |x_i|^2; the
-                       variance also split within and between token types (variance_by_type);
-                       O(n d), two passes (no cancellation of |x|^2 against |xbar|^2);
+                       variance also split within and between token types (variance_by_type:
+                       within = (1/n) sum_i |x_i - xbar_t(i)|^2, between = (1/n) sum_t n_t
+                       |xbar_t - xbar|^2, their sum the variance); O(n d), two passes (no
+                       cancellation of |x|^2 against |xbar|^2), the types by a sort, O(n log n);
   rank-one residual    per sequence |X - 1 xbar^T|_F / |X|_F (Dong et al. 2021, res(X) with the
                        minimising x = xbar under the Frobenius norm; the same quantity as
                        simlab.studies.check_theory.reference.relative_residual), averaged; O(n d).
@@ -137,6 +143,12 @@ def isoscore_star(c_DE, zeta: float, c0_DE=None):
     return isoscore_of((1.0 - zeta) * c_DE + zeta * c0)
 
 
+def isotropic_target(c_DE):
+    """(tr C / d) I: the isotropic covariance with C's total variance."""
+    d = c_DE.shape[-1]
+    return jnp.eye(d, dtype=c_DE.dtype) * (jnp.trace(c_DE) / d)
+
+
 @jax.custom_batching.custom_vmap
 def eigh(a_DE):
     """jnp.linalg.eigh of one symmetric matrix, (eigenvalues ascending, eigenvectors). Under
@@ -206,11 +218,21 @@ def common_share(x_ND):
     return jnp.where(tot == 0, 0.0, mean_sq / jnp.where(tot == 0, 1.0, tot))
 
 
-def variance_by_type(x_ND, ids_N, n_types: int):
+def types_of(ids_N):
+    """The ids renumbered 0 .. (number of distinct ids - 1) in increasing order of id (a sort:
+    no vocabulary-sized array), for variance_by_type with n_types = n."""
+    _, inverse = jnp.unique(ids_N, size=ids_N.shape[0], return_inverse=True)
+    return inverse.reshape(ids_N.shape)
+
+
+def variance_by_type(x_ND, ids_N, n_types: int | None = None):
     """(within, between): the variance mean_i |x_i - xbar|^2 split over token types t (ids in
     [0, n_types)): within = (1/n) sum_i |x_i - xbar_t(i)|^2, between = (1/n) sum_t n_t
-    |xbar_t - xbar|^2; within + between = the variance (the law of total variance)."""
+    |xbar_t - xbar|^2; within + between = the variance (the law of total variance). n_types
+    None: any ids, renumbered first (types_of)."""
     n = x_ND.shape[0]
+    if n_types is None:
+        ids_N, n_types = types_of(ids_N), n
     counts_T = jax.ops.segment_sum(jnp.ones((n,), x_ND.dtype), ids_N, n_types)
     sums_TD = jax.ops.segment_sum(x_ND, ids_N, n_types)
     means_TD = sums_TD / jnp.where(counts_T > 0, counts_T, 1.0)[:, None]

@@ -139,6 +139,9 @@ class InputKind:
     knobs: tuple[str, ...] = ()  # knobs read besides drift_norm
     doc: str = ""
     trained: bool = False  # the inputs of trained layers: components(..., weights=) gets them
+    # the token ids (B, T) of a kind whose tokens have types, from (spec, noise, weights); the
+    # metrics that split by token type read them (simlab.core.metrics, "ids"); None: no types
+    ids: Callable[..., jax.Array] | None = None
 
 
 def _check_kind(k: InputKind) -> None:
@@ -159,6 +162,7 @@ def _check_kind(k: InputKind) -> None:
                 f"must be a tuple of registered knob names (unknown: {unknown})",
             ),
             "trained": (isinstance(k.trained, bool), "must be true or false"),
+            "ids": (k.ids is None or callable(k.ids), "must be None or (spec, noise, weights)"),
         },
     )
 
@@ -178,6 +182,7 @@ for _kind in (
         embedding_noise,
         _embedding,
         doc="rows of a table E ~ N(0, embed_std^2) at uniform or Zipf token ids",
+        ids=lambda spec, z, weights=None: token_ids(spec, noise=z),
     ),
     InputKind(
         "gaussian",
@@ -251,6 +256,13 @@ def components(
         else kind.components(spec, d_model, z, t_key)
     )
     return {"u_b": z["u_b"] / jnp.linalg.norm(z["u_b"]), **own}
+
+
+def ids_of(spec: InputSpec, noise: Mapping[str, jax.Array], weights=None) -> jax.Array | None:
+    """The token ids (B, T) of the spec's inputs, from the same noise as its components
+    (`InputKind.ids`), or None for a kind whose tokens have no types."""
+    kind = INPUTS[spec.kind]
+    return None if kind.ids is None else kind.ids(spec, noise, weights)
 
 
 def coefficients(kind: str, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:

@@ -44,7 +44,13 @@ from simlab.core.block import BLOCKS
 from simlab.core.init import draws, init_params, param_shapes
 from simlab.core.inputs import INPUTS, require_weights
 from simlab.core.knobs import KNOBS, inert_knobs
-from simlab.core.metrics import METRICS, default_metrics, layer_metrics, needs_full_weights
+from simlab.core.metrics import (
+    METRICS,
+    default_metrics,
+    layer_metrics,
+    needs_full_weights,
+    reads_ids,
+)
 from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.core.tiled import Tiling, choose_tiling
@@ -147,6 +153,14 @@ class Lab:
                 f"sweep.metrics: {', '.join(mlp_readers)} read the MLP branch's output, which "
                 f"block.kind {block.kind!r} does not expose (BlockKind.token_wise_mlp)"
             )
+        id_readers = reads_ids(names)
+        self.keep_ids = bool(id_readers)
+        if id_readers and INPUTS[inputs.kind].ids is None:
+            with_ids = ", ".join(n for n, k in INPUTS.items() if k.ids is not None)
+            raise ConfigError(
+                f"sweep.metrics: {', '.join(id_readers)} split by token type, and inputs.kind "
+                f"{inputs.kind!r} has no token ids (kinds with ids: {with_ids})"
+            )
         self.tiling = (
             choose_tiling(inputs.batch, inputs.length, block.n_heads, inputs.length, tile_elements)
             if self.tiled
@@ -231,6 +245,8 @@ class Lab:
             "comps": self._components(part("x."), jax.random.fold_in(key, 1)),
             **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()},
         }
+        if self.keep_ids:  # the token ids, for the metrics that split by type
+            state["ids"] = inputs.ids_of(self.inputs, part("x."), self.weights)
         if self.weights is not None:
             # trained weights (and inputs from fixed ids) are constants of this program: the
             # barrier keeps XLA from constant-folding the hoisted projections and scores below
@@ -313,7 +329,7 @@ class Lab:
             knobs,
             state["u_q"],
             state["u_k"],
-            observe=self._observe,
+            observe=lambda layer: self._observe(layer, state.get("ids")),
             tiling=self.tiling,
             qkv0=qkv0,
             attention_fn0=attention_fn0,
@@ -377,5 +393,5 @@ class Lab:
             out["mlp_trace"] = np.trace(a_LDE, axis1=1, axis2=2) / a_LDE.shape[1]
         return out
 
-    def _observe(self, layer: block.Layer):
-        return layer_metrics(self.metric_names, self.block.causal, layer)
+    def _observe(self, layer: block.Layer, ids=None):
+        return layer_metrics(self.metric_names, self.block.causal, layer, ids)

@@ -177,10 +177,12 @@ def qk_mean_stats(mq_HK, mk_HK):
 
 
 class Shared:
-    """What several metrics of one layer share, computed once: the anisotropy of a field."""
+    """What several metrics of one layer share, computed once: the anisotropy of a field. `ids`:
+    the token ids (B, T) of the layer's tokens where the input kind has them (simlab.core.
+    inputs.InputKind.ids; read by the metrics that split by token type), else None."""
 
-    def __init__(self, layer, causal: bool):
-        self.layer, self.causal, self._cos = layer, causal, {}
+    def __init__(self, layer, causal: bool, ids=None):
+        self.layer, self.causal, self.ids, self._cos = layer, causal, ids, {}
 
     def cos(self, field: str):
         """(global, within-sequence) mean pairwise cosine of layer.<field> (B, T, D)."""
@@ -215,6 +217,14 @@ class Shared:
         x = getattr(self.layer, field)
         return x.reshape(-1, x.shape[-1])
 
+    def by_type(self, field: str):
+        """(within, between) token types of layer.<field>'s variance (geometry.variance_by_type
+        on the ids renumbered; computed once per field)."""
+        key = ("type", field)
+        if key not in self._cos:
+            self._cos[key] = geometry.variance_by_type(self.tokens(field), self.ids.reshape(-1))
+        return self._cos[key]
+
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
@@ -229,8 +239,15 @@ class Metric:
     default: bool = True  # computed when sweep.metrics is not given
 
 
+# what a Metric may read: the Layer's fields and the token ids of its inputs ("ids")
+READABLE = (*Layer._fields, "ids")
+# IsoScore*'s shrinkage towards the isotropic covariance in the registered metrics (another zeta:
+# isoscore_star_metric)
+ISOSCORE_STAR_ZETA = 0.2
+
+
 def _check_metric(m: Metric) -> None:
-    fields = Layer._fields
+    fields = READABLE
     lo, hi = m.bounds if isinstance(m.bounds, tuple) and len(m.bounds) == 2 else (None, None)
     bad = [f for f in m.reads if f not in fields] if isinstance(m.reads, tuple) else None
     require(
@@ -329,6 +346,12 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
             one,
         ),
         (
+            "isoscore_star",
+            lambda c: _isoscore_star(c.covariance(field), ISOSCORE_STAR_ZETA),
+            f"IsoScore* (Rudman & Eickhoff 2023), zeta {ISOSCORE_STAR_ZETA}, towards (tr C / D) I",
+            one,
+        ),
+        (
             "partition_iso",
             lambda c: g.partition_isotropy(c.tokens(field)),
             "Mu & Viswanath's min_c Z(c) / max_c Z(c) over +- the eigenvectors of X^T X",
@@ -365,10 +388,48 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
             one,
         ),
     )
+    by_type = (
+        (
+            "variance_within_type",
+            lambda c: c.by_type(field)[0],
+            "(1/n) sum_i |x_i - xbar_type(i)|^2: the variance within token types (same id)",
+        ),
+        (
+            "variance_between_type",
+            lambda c: c.by_type(field)[1],
+            "(1/n) sum_t n_t |xbar_t - xbar|^2: between types; within + between = variance",
+        ),
+    )
     return tuple(
         Metric(f"{tag}_{name}", fn, (field,), f"{doc} ({what})", bounds, default=False)
         for name, fn, doc, bounds in rows
+    ) + tuple(
+        Metric(f"{tag}_{name}", fn, (field, "ids"), f"{doc} ({what})", (0.0, math.inf), False)
+        for name, fn, doc in by_type
     )
+
+
+def _isoscore_star(c_DE, zeta: float):
+    return geometry.isoscore_star(c_DE, zeta, geometry.isotropic_target(c_DE))
+
+
+def isoscore_star_metric(tag: str, zeta: float) -> Metric:
+    """IsoScore* of the input ("input") or the output ("out") at another zeta, to register
+    (register_metric): named <tag>_isoscore_star_<zeta>."""
+    field = {"input": "x", "out": "y"}[tag]
+    return Metric(
+        f"{tag}_isoscore_star_{zeta:g}",
+        lambda c: _isoscore_star(c.covariance(field), zeta),
+        (field,),
+        f"IsoScore* (Rudman & Eickhoff 2023), zeta {zeta:g}, towards (tr C / D) I",
+        (0.0, 1.0),
+        default=False,
+    )
+
+
+def reads_ids(names) -> list[str]:
+    """The requested metrics that read the token ids of the inputs."""
+    return [n for n in names if "ids" in METRICS[n].reads]
 
 
 def _qk(i: int):
@@ -509,11 +570,12 @@ def needs_full_weights(names) -> bool:
     return any("full" in METRICS[n].reads for n in names)
 
 
-def layer_metrics(names, causal: bool, layer) -> dict[str, jax.Array]:
-    """The requested metrics of one layer (simlab.core.block.Layer). A metric whose fn does not
-    return a scalar is refused while the sweep is traced (its preflight: nothing computed or
-    written), naming the metric and the module that registered it."""
-    shared = Shared(layer, causal)
+def layer_metrics(names, causal: bool, layer, ids=None) -> dict[str, jax.Array]:
+    """The requested metrics of one layer (simlab.core.block.Layer; ids: its tokens' ids, for
+    the metrics that read "ids"). A metric whose fn does not return a scalar is refused while
+    the sweep is traced (its preflight: nothing computed or written), naming the metric and the
+    module that registered it."""
+    shared = Shared(layer, causal, ids)
     out = {}
     for n in names:
         v = METRICS[n].fn(shared)

@@ -248,6 +248,113 @@ def test_mean_variance_split_and_unit_vector_cosine_identity():
     check(metrics.mean_pairwise_cos, pair, u)
 
 
+def test_registered_isoscore_star_vs_the_authors_steps_and_its_closed_form():
+    """The registered IsoScore* (zeta metrics.ISOSCORE_STAR_ZETA, C0 = (tr C / d) I) equals the
+    authors' steps on that shrunk covariance, the closed form 1 / PR* = a / PR + (1 - a) / d
+    (a = (1 - zeta)^2), and is scale-free (the identity as C0 would not be)."""
+    zeta = metrics.ISOSCORE_STAR_ZETA
+    x = cloud(8, (1, 60, 6), drift=1.5)[0]
+    c = np_cov(x)
+    d = c.shape[0]
+    c0 = np.eye(d) * np.trace(c) / d
+    want = np_isoscore_star(c, zeta, c0)
+    pr = np.trace(c) ** 2 / np.sum(c * c)
+    a = (1 - zeta) ** 2
+    np.testing.assert_allclose(want, (1 / (a / pr + (1 - a) / d) - 1) / (d - 1), rtol=1e-12)
+
+    def star(a_, s_=1.0):
+        return metrics._isoscore_star(a_ * s_, zeta)
+
+    check(star, want, c)
+    check(lambda a_: star(a_, 1e4), want, c)  # scale-free
+    assert abs(np_isoscore_star(1e4 * c, zeta, np.eye(d)) - want) > 0.05  # the identity is not
+    assert abs(want - np_isoscore_algorithm(x)) > 0.01  # the shrinkage moves it
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert f"zeta = {zeta:g} (`metrics.ISOSCORE_STAR_ZETA`)" in page  # the docs say the value
+
+
+def test_type_split_through_layer_metrics_with_sparse_large_ids():
+    """input_/out_variance_within_type and _between_type through layer_metrics, ids from a
+    large vocabulary (renumbered by a sort, no vocabulary-sized array), against numpy; they
+    add up to the variance metric."""
+    from simlab.core.block import Layer
+
+    r = rng(21)
+    vocab = 30522
+    ids = r.choice(vocab, 9, replace=False)[r.integers(0, 9, (3, 8))]
+    table = r.standard_normal((vocab, 6)).astype(np.float32)  # only 9 rows are read
+    x = table[ids] + 0.3 * r.standard_normal((3, 8, 6))
+    y = np.tanh(x) + 0.1 * r.standard_normal((3, 8, 6))
+    z = jnp.zeros((3, 2, 8), jnp.float32)
+    layer = Layer(
+        jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), jnp.asarray(y, jnp.float32),
+        z, z, jnp.zeros((2, 3)), jnp.zeros((2, 3)), None,
+    )  # fmt: skip
+    names = tuple(
+        f"{t}_{m}"
+        for t in ("input", "out")
+        for m in ("variance_within_type", "variance_between_type", "variance")
+    )
+    out = jax.jit(metrics.layer_metrics, static_argnums=(0, 1))(
+        names, False, layer, jnp.asarray(ids)
+    )
+    for tag, a in (("input", x), ("out", y)):
+        flat, i = np.asarray(a, np.float64).reshape(-1, 6), ids.reshape(-1)
+        within = sum(np.sum((flat[i == t] - flat[i == t].mean(0)) ** 2) for t in np.unique(i))
+        between = sum(
+            (i == t).sum() * np.sum((flat[i == t].mean(0) - flat.mean(0)) ** 2)
+            for t in np.unique(i)
+        )
+        n = flat.shape[0]
+        for part, want in (("within", within / n), ("between", between / n)):
+            np.testing.assert_allclose(float(out[f"{tag}_variance_{part}_type"]), want, rtol=F32)
+        total = float(out[f"{tag}_variance_within_type"] + out[f"{tag}_variance_between_type"])
+        np.testing.assert_allclose(total, float(out[f"{tag}_variance"]), rtol=F32)
+    assert float(out["input_variance_between_type"]) > 5 * float(
+        out["input_variance_within_type"]
+    )  # the types carry most of the input's variance: the split can tell
+
+
+def test_type_split_refused_without_token_ids_and_exact_in_a_lab():
+    """A Lab on inputs without token ids refuses the type split, naming the metrics and the
+    kinds that have ids. On embedding inputs (vocabulary 10, so types repeat) tokens of one id
+    are the same vector before the block: the input's variance is all between types (numpy on
+    the Lab's own inputs), within is 0; the block mixes each sequence's context into its tokens
+    (and, without positions, only that), so one id in two sequences differs at the output: its
+    output has variance within types, and within + between is its variance."""
+    from simlab.core.knobs import knob_arrays
+    from simlab.core.lab import Lab
+    from simlab.core.spec import BlockSpec, InputSpec
+    from simlab.errors import ConfigError
+
+    block = BlockSpec(d_model=16, n_heads=4)
+    names = tuple(
+        f"{t}_{m}"
+        for t in ("input", "out")
+        for m in ("variance_within_type", "variance_between_type", "variance")
+    )
+    with pytest.raises(ConfigError, match="split by token type.*'gaussian' has no token ids.*"):
+        Lab(block, InputSpec(kind="gaussian", batch=2, length=8), names)
+    lab = Lab(block, InputSpec(kind="embedding", batch=6, length=4, vocab=10), names)
+    state = lab.seed_state(jax.random.PRNGKey(3))
+    knobs = knob_arrays({"drift_norm": 0.4, "attn_gain": 50.0})  # a branch that shows
+    out = {k: float(v) for k, v in jax.jit(lab.point)(state, knobs).items()}
+    x = np.asarray(lab.inputs_of(state, knobs)[0], np.float64).reshape(-1, 16)
+    ids = np.asarray(state["ids"]).reshape(-1)
+    assert len(np.unique(ids)) < ids.size
+    var = np.mean(np.sum((x - x.mean(0)) ** 2, 1))
+    assert abs(out["input_variance_within_type"]) <= 1e-6 * var
+    np.testing.assert_allclose(out["input_variance_between_type"], var, rtol=F32)
+    assert out["out_variance_within_type"] > 1e-3 * out["out_variance"]
+    np.testing.assert_allclose(
+        out["out_variance_within_type"] + out["out_variance_between_type"],
+        out["out_variance"],
+        rtol=F32,
+    )
+
+
 def test_variance_by_type_is_the_law_of_total_variance():
     r = rng(12)
     x = r.standard_normal((40, 5)) + 3.0 * r.standard_normal((6, 5))[r.integers(0, 6, 40)]
@@ -304,6 +411,9 @@ def test_registered_geometry_metrics_read_the_right_fields():
             "pc1_share": lam[0] / lam.sum(),
             "pc10_share": 1.0,
             "isoscore": np_isoscore_algorithm(flat),
+            "isoscore_star": np_isoscore_star(
+                np_cov(flat), metrics.ISOSCORE_STAR_ZETA, np.eye(8) * np.trace(np_cov(flat)) / 8
+            ),
             "partition_iso": np_partition(flat, False),
             "partition_iso_centred": np_partition(flat, True),
             "mean_sq_norm": np.sum(flat.mean(0) ** 2),
@@ -323,6 +433,7 @@ GEOMETRY = (
     "pc1_share",
     "pc10_share",
     "isoscore",
+    "isoscore_star",
     "partition_iso",
     "partition_iso_centred",
     "mean_sq_norm",

@@ -384,7 +384,8 @@ def test_layer_metrics_selects_and_matches_pieces():
         f,
     )
     layer_metrics = jax.jit(metrics.layer_metrics, static_argnums=(0, 1))
-    out = layer_metrics(tuple(metrics.METRICS), True, layer)
+    ids = jnp.asarray(r.integers(0, 5, (2, 6)))
+    out = layer_metrics(tuple(metrics.METRICS), True, layer, ids)
     assert set(out) == set(tuple(metrics.METRICS))
     np.testing.assert_allclose(float(out["attn_cos_within"]), np_anisotropy(attn)[1], atol=TOL)
     np.testing.assert_allclose(float(out["out_cos"]), np_anisotropy(y)[0], atol=TOL)
@@ -449,7 +450,12 @@ def test_decomposition_metrics_conform():
     names = [n for n, m in metrics.METRICS.items() if not m.default]
     assert {"out_cos_within_gain", "attn_x_cos", "mlp_x_cos", "mlp_cos"} <= set(names)
     assert {"out_cos_centred", "out_cos_centred_gain", "input_cos_centred_within"} <= set(names)
-    testing.check_cases(testing.metric_cases(names), identity=False)
+    by_type = [n for n in names if "ids" in metrics.METRICS[n].reads]
+    assert {"out_variance_within_type", "input_variance_between_type"} <= set(by_type)
+    rest = [n for n in names if n not in by_type]
+    # the type split needs inputs with token ids: its own cases (metric_cases picks the kinds)
+    cases = testing.metric_cases(rest) + testing.metric_cases(by_type)
+    testing.check_cases(cases, identity=False)
 
 
 def test_mlp_metrics_refused_without_an_mlp_output():

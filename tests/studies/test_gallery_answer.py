@@ -5,7 +5,6 @@ decomposition experiments are paired as their configs promise."""
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import simlab
 
@@ -19,20 +18,23 @@ def _script():
     return experiment_script("gallery_answer")
 
 
-@pytest.mark.parametrize(
-    "lo, hi, mean, want",
-    [
-        (0.001, 0.02, 0.01, "raises"),
-        (0.0001, 0.004, 0.002, "raises, small"),
-        (-0.02, -0.001, -0.01, "lowers"),
-        (-0.004, -0.0001, -0.002, "lowers, small"),
-        (-0.004, 0.004, 0.0, "no effect"),
-        (-0.001, 0.008, 0.003, "unresolved"),
-        (-0.005, 0.001, -0.002, "unresolved"),  # the rule's bounds are strict
-    ],
-)
-def test_verdict_rule(lo, hi, mean, want):
-    assert _script().verdict(lo, hi, mean) == want
+def test_cells_use_the_relative_rule_against_the_room_left():
+    """The verdicts the answer prints are the relative rule of gallery_geometry.py against the
+    room the input leaves: an effect under a ceiling (-2.5e-4 with room 0.003, 8% of it) is
+    "lowers", where the old absolute DELTA = 0.005 called it small; a 4e-8 change of a
+    quantity whose scale is 1.2e-4 is no material effect (the old rule: "raises, small"); the
+    share of the room printed is the mean over the scale."""
+    m = _script()
+    r = np.random.default_rng(0)
+    ceiling = -2.5e-4 + 1e-6 * r.standard_normal(20)
+    text, v = m.cell(ceiling, 0.003)
+    assert v == "lowers" and f"{np.mean(ceiling) / 0.003:+.1%} of the room" in text
+    tiny = 4.2e-8 + 1e-9 * r.standard_normal(20)
+    assert m.cell(tiny, 1.2e-4)[1] == "no material effect"
+    assert m.cell(tiny, 1.2e-4, res_floor=1e-7)[1] == "no material effect"
+    assert m.cell(0.01 + 0.03 * np.tile([1.0, -1.0], 10), 0.5)[1] == "unresolved"
+    # below the float32 floor nothing is an effect, even when it is material against the scale
+    assert m.cell(-1e-6 + 1e-9 * r.standard_normal(20), 1e-5, res_floor=2e-6)[1] == "unresolved"
 
 
 def test_gallery_states_the_scripts_answer():
