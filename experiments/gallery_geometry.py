@@ -4,6 +4,7 @@ grid: BERT-base post-LN, d_model 768, both branches, 16 x 512 tokens, N = 0.01 /
 lambda = q_scale = k_scale 1 .. 1000, 20 seeds of stream 4001; uniform and Zipf token ids).
 
     python experiments/gallery_geometry.py [figures/data]      # prints the markdown block
+    python experiments/gallery_geometry.py --referee [figures/data]   # the referee's, by geometry
 
 tests/studies/test_gallery_geometry.py checks that docs/gallery.md carries this output on the
 committed data, character for character, and tests the rule below.
@@ -117,7 +118,9 @@ def effect(res, metric: str, i: int, layer: int | None = None) -> dict:
     res_f = floor(n_tok, cfg["block"]["d_model"], float(np.mean(a)), float(np.mean(b)))
     if metric == "out_cos_gain" or (metric == "out_cos" and layer is not None):
         x0 = res["input_cos"][i, 0]
-        scale = float(np.mean(1.0 - (x0 if layer is None else x0[..., 0])))
+        if layer is not None:  # a layer's gain: its own input's room; out_cos: the stack's
+            x0 = x0[..., layer if metric == "out_cos_gain" else 0]
+        scale = float(np.mean(1.0 - x0))
     else:
         scale = abs(float(np.mean(a)))
     mean = float(np.mean(d))
@@ -235,6 +238,8 @@ PARTS = {
 
 def _views(cos: int, cov: int) -> str:
     """How the cosine's direction and the covariance's compare."""
+    if cos == cov == 0:
+        return "neither moves materially"
     if cos == cov:
         return "the two views agree"
     if cos == 0 or cov == 0:
@@ -271,5 +276,117 @@ def _summary(data: dict) -> list[str]:
     return out
 
 
+# experiments/referee_geometry.toml's wirings and branch sizes, in its [variants] order
+WIRINGS = (
+    ("bert", "BERT (post-LN)"),
+    ("pre_ln", "pre-LN"),
+    ("causal", "post-LN, causal"),
+    ("gpt", "pre-LN, causal (GPT)"),
+    ("gain8", "attn_gain 8"),
+    ("gain32", "attn_gain 32"),
+    ("gain64", "attn_gain 64"),
+)
+REFEREE_ROWS = (
+    "out_cos_gain",
+    "out_mean_sq_norm",
+    "out_variance",
+    "out_participation_ratio",
+    "out_pc1_share",
+)
+
+
+def _row(res, i: int, layer: int | None = None) -> tuple[list[str], str]:
+    """The cells of one case (sharpening's effect on each REFEREE_ROWS metric: the cosine gain
+    as a share of the room left, the rest relative to lambda 1, each with its verdict) and how
+    the cosine's and the covariance's directions compare."""
+    e = {m: effect(res, m, i, layer) for m in REFEREE_ROWS}
+    cells = []
+    for m in REFEREE_ROWS:
+        if m == "out_cos_gain":
+            x0 = res["input_cos"][i, 0]
+            room = float(np.mean(1.0 - (x0 if layer is None else x0[..., layer])))
+            size = f"{e[m]['mean'] / room:+.1%} of the room"
+        else:
+            size = f"{e[m]['rel']:+.1%}"
+        cells.append(f"{fmt(e[m]['mean'])} ({size}, {e[m]['verdict']})")
+    cos = _direction("out_cos_gain", e["out_cos_gain"]["verdict"])
+    cov = _direction("out_participation_ratio", e["out_participation_ratio"]["verdict"])
+    return cells, _views(cos, cov)
+
+
+def referee(root: Path) -> str:
+    """docs/gallery.md's "A referee's questions, by geometry": experiments/referee_geometry.toml
+    (the wirings and branch sizes) and referee_geometry_depth.toml (the 12-layer stack), the
+    effect of sharpening (lambda 1000 minus 1, paired by seed) by the declared rule above."""
+    data = {v: simlab.load(root / "referee_geometry" / v) for v, _ in WIRINGS}
+    depth = simlab.load(root / "referee_geometry_depth")
+    first = data[WIRINGS[0][0]]
+    cfg, lam = first.meta["config"], first.axes["lambda"]
+    head = (
+        "| case | N | out_cos_gain (share of the room) | common part ‖ybar‖² | private parts "
+        "(variance) | participation ratio | top direction's share | cosine vs covariance |"
+    )
+    lines = [
+        f"Sizes: the answer's block and tokens ({cfg['block']['kind']}, d_model "
+        f"{cfg['block']['d_model']}, {cfg['inputs']['batch']} x {cfg['inputs']['length']} "
+        f"tokens), {first.n_seeds} seeds (stream {cfg['sweep']['base_seed']}, paired with "
+        f"referee_blocks and referee_branch_size; the stack: stream "
+        f"{depth.meta['config']['sweep']['base_seed']}, paired with referee_depth); effect = "
+        f"lambda {lam[-1]:g} minus lambda {lam[0]:g}, paired by seed: the change, then (its "
+        "share of the room left for the cosine gain; relative to lambda 1 for the rest, and "
+        "the verdict of the rule above).",
+        "",
+        "**Other wirings and a larger attention branch**:",
+        "",
+        head,
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for v, label in WIRINGS:
+        res = data[v]
+        for _, nn in REGIMES:
+            cells, views = _row(res, _i(res.axes["drift_norm"], nn))
+            lines.append(f"| {label} | {nn:g} | " + " | ".join(cells) + f" | {views} |")
+    n_layers = depth["out_cos"].shape[-1]
+    shown = sorted({0, n_layers // 2 - 1, n_layers - 1})
+    lines += [
+        "",
+        f"**Depth** ({n_layers} post-LN layers at BERT init, sharpened in every layer; what "
+        "layer L adds, at layers " + ", ".join(str(k + 1) for k in shown) + "):",
+        "",
+        head.replace("| case |", "| layer |"),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, nn in REGIMES:
+        for k in shown:
+            cells, views = _row(depth, _i(depth.axes["drift_norm"], nn), k)
+            lines.append(f"| {k + 1} | {nn:g} | " + " | ".join(cells) + f" | {views} |")
+    lines += ["", "**Read off the verdicts:**", ""]
+    agree = opposite = cos_only = cov_only = 0
+    total = 0
+    for res, layers in [(data[v], [None]) for v, _ in WIRINGS] + [(depth, shown)]:
+        for _, nn in REGIMES:
+            for k in layers:
+                views = _row(res, _i(res.axes["drift_norm"], nn), k)[1]
+                total += 1
+                agree += views == "the two views agree"
+                opposite += views == "the two views point opposite ways"
+                cos_only += views == "only the cosine moves materially"
+                cov_only += views == "only the covariance moves materially"
+    none = total - agree - opposite - cos_only - cov_only
+    lines.append(
+        f"- of the {total} cases above, the cosine gain and the participation ratio read the "
+        f"same direction in {agree}, opposite directions in {opposite}; only the cosine moves "
+        f"materially in {cos_only}, only the covariance in {cov_only}"
+        + (f", neither in {none}" if none else "")
+        + "."
+    )
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("figures/data")), end="")
+    args = sys.argv[1:]
+    which = main
+    if "--referee" in args:
+        args.remove("--referee")
+        which = referee
+    print(which(Path(args[0]) if args else Path("figures/data")), end="")
