@@ -252,7 +252,7 @@ def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
         raise ResultsError(f"{sj}: has no fingerprint; the file is not simlab's sweep.json")
     if old.get("fingerprint") != fp:
         raise different_sweep(out, old, config)
-    return (out / "results.npz").exists() and (out / "meta.json").exists()
+    return records.is_finished(out)
 
 
 def different_sweep(out: Path, old: dict[str, Any], config: dict[str, Any]) -> ConfigError:
