@@ -84,7 +84,9 @@ NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
 # the default a field is compared with where it is not the field's own (rule 1: a sweep's
 # dtype None, resolved at run time, is float32). A change of the rule is a new entry here, never
 # an edit of an old one: every committed fingerprint keeps recomputing under its own rule
-# (tests/engine/test_records.py walks them all).
+# (tests/engine/test_records.py walks them all), and a run into a directory hashes under the
+# rule of the sweep it holds (simlab.engine.records.directory_rule), so a directory made under
+# an older rule is still reloaded, resumed and grown.
 FINGERPRINT_RULES: dict[int, dict[str, dict[str, Any]]] = {
     1: {
         "hashed_at_default": {
@@ -186,10 +188,10 @@ class SweepConfig:
         return out
 
 
-def field_defaults(rule: int = FINGERPRINT_RULE) -> dict[str, dict[str, Any]]:
-    """table -> field -> the default `canonical` compares with under fingerprint rule `rule`:
-    the spec dataclasses' defaults, SWEEP_DEFAULTS, every registered knob's default, with the
-    rule's own "defaults" over them."""
+def field_defaults(rule: int | None = None) -> dict[str, dict[str, Any]]:
+    """table -> field -> the default `canonical` compares with under fingerprint rule `rule`
+    (None: FINGERPRINT_RULE): the spec dataclasses' defaults, SWEEP_DEFAULTS, every registered
+    knob's default, with the rule's own "defaults" over them."""
 
     def of(cls):
         return {f.name: f.default for f in dataclasses.fields(cls)}
@@ -205,9 +207,11 @@ def field_defaults(rule: int = FINGERPRINT_RULE) -> dict[str, dict[str, Any]]:
     return json.loads(json.dumps(out))
 
 
-def fingerprint_rule(rule: int) -> dict[str, dict[str, Any]]:
-    """The fingerprint rule of version `rule` (FINGERPRINT_RULES); ValueError for one this
-    simlab does not know (simlab.engine.records refuses such a record, naming its file)."""
+def fingerprint_rule(rule: int | None = None) -> dict[str, dict[str, Any]]:
+    """The fingerprint rule of version `rule` (FINGERPRINT_RULES; None: FINGERPRINT_RULE, read
+    when called); ValueError for one this simlab does not know (simlab.engine.records refuses
+    such a record, naming its file)."""
+    rule = FINGERPRINT_RULE if rule is None else rule
     try:
         return FINGERPRINT_RULES[rule]
     except (KeyError, TypeError):
@@ -217,8 +221,9 @@ def fingerprint_rule(rule: int) -> dict[str, dict[str, Any]]:
         ) from None
 
 
-def canonical(config: Mapping[str, Any], rule: int = FINGERPRINT_RULE) -> dict[str, Any]:
-    """What the fingerprint hashes under fingerprint rule `rule` (FINGERPRINT_RULES): the config
+def canonical(config: Mapping[str, Any], rule: int | None = None) -> dict[str, Any]:
+    """What the fingerprint hashes under fingerprint rule `rule` (FINGERPRINT_RULES; None: the
+    current one, FINGERPRINT_RULE): the config
     as JSON without the memory-only fields (NOT_FINGERPRINTED) and without every field or knob
     at its default (None counts as the default) except those the rule hashes at their
     default."""
@@ -239,16 +244,14 @@ def canonical(config: Mapping[str, Any], rule: int = FINGERPRINT_RULE) -> dict[s
     return d
 
 
-def fingerprint(config: Mapping[str, Any], rule: int = FINGERPRINT_RULE) -> str:
+def fingerprint(config: Mapping[str, Any], rule: int | None = None) -> str:
     """sha256 of the canonical JSON of a `to_dict()` config under fingerprint rule `rule`
     (`canonical`; new records are made under FINGERPRINT_RULE)."""
     d = canonical(config, rule)
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def config_diff(
-    a: Mapping[str, Any], b: Mapping[str, Any], rule: int = FINGERPRINT_RULE
-) -> list[str]:
+def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], rule: int | None = None) -> list[str]:
     """Dotted names of the fields that differ between two config dicts (fingerprinted only,
     under fingerprint rule `rule`)."""
     return _diff(canonical(a, rule), canonical(b, rule), "")

@@ -248,7 +248,7 @@ def open_composite(job: Job, seen: dict) -> dict:
             parts, history = ["0"], [_adopt(out, cur, coord)]
         change = "created" if cur is None else config_diff(cur.get("config", {}), job.resolved)
         history.append(records.history_entry(fp, change, _describe_target(job.cfg)))
-        state = records.sweep_record(fp, job.resolved, parts=parts, history=history)
+        state = records.sweep_record(fp, job.resolved, job.rule, parts=parts, history=history)
         records.write_json(sj, state)
         return state
 
@@ -418,6 +418,7 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
         n_processes=jax.process_count(),
         covariate_dims=covariate_dims(cov) if cov else None,
         numerics_report=report,
+        rule=job.rule,
         **extra,
     )
     if out_dir is None or not current:

@@ -164,6 +164,18 @@ def record_rule(path: Path, rec: Mapping[str, Any]) -> int:
     return rule
 
 
+def directory_rule(out: Path | None) -> int:
+    """The fingerprint rule a run into `out` hashes its config under: the rule of the sweep its
+    sweep.json holds (a directory made under an older rule is resumed, grown and reloaded under
+    that rule, its chunk records and parts unchanged), else, for a new directory (or in
+    memory), simlab.engine.config.FINGERPRINT_RULE."""
+    sj = None if out is None else Path(out) / "sweep.json"
+    if sj is None or not sj.is_file():
+        return cfgmod.FINGERPRINT_RULE
+    rec = read_json(sj, "sweep.json of a sweep directory")
+    return record_rule(sj, rec) if is_sweep_record(rec) else cfgmod.FINGERPRINT_RULE
+
+
 def is_finished(d: Path) -> bool:
     """Whether the sweep directory (or part) `d` holds a finished sweep: results.npz and
     meta.json are both there (they are written last, results.npz first: `write_results`).
@@ -188,13 +200,15 @@ def now() -> str:
 
 
 # ------------------------------------------------------------------------- sweep.json
-def sweep_record(fp: str, config: Mapping[str, Any], **composite) -> dict[str, Any]:
-    """sweep.json's content: the fingerprint (made under simlab.engine.config.FINGERPRINT_RULE,
-    named by RULE_KEY) and resolved config, and for a composite sweep `parts` (names) and
-    `history` (entries of `history_entry`)."""
+def sweep_record(
+    fp: str, config: Mapping[str, Any], rule: int | None = None, **composite
+) -> dict[str, Any]:
+    """sweep.json's content: the fingerprint, made under fingerprint rule `rule` (None:
+    simlab.engine.config.FINGERPRINT_RULE; named by RULE_KEY), the resolved config, and for a
+    composite sweep `parts` (names) and `history` (entries of `history_entry`)."""
     return {
         "schema": SCHEMA,
-        RULE_KEY: cfgmod.FINGERPRINT_RULE,
+        RULE_KEY: cfgmod.FINGERPRINT_RULE if rule is None else rule,
         "fingerprint": fp,
         "config": dict(config),
         **composite,
@@ -255,14 +269,17 @@ def is_sweep_record(obj: Mapping[str, Any]) -> bool:
     return isinstance(obj.get("fingerprint"), str) and isinstance(obj.get("config"), dict)
 
 
-def claim_sweep(out: Path, config: Mapping[str, Any], fp: str) -> dict[str, Any] | None:
-    """Create OUT/sweep.json exclusively for this sweep (os.link of a complete temporary file:
-    of two writers starting together exactly one creates it); the record found there (None
-    when it names this sweep). Call under the directory lock (simlab.engine.claims)."""
+def claim_sweep(
+    out: Path, config: Mapping[str, Any], fp: str, rule: int | None = None
+) -> dict[str, Any] | None:
+    """Create OUT/sweep.json exclusively for this sweep, its fingerprint `fp` made under
+    fingerprint rule `rule` (os.link of a complete temporary file: of two writers starting
+    together exactly one creates it); the record found there (None when it names this sweep).
+    Call under the directory lock (simlab.engine.claims)."""
     sj = out / "sweep.json"
     if not sj.exists():
         tmp = out / f".sweep.json.{os.getpid()}.new"
-        tmp.write_text(json.dumps(sweep_record(fp, config), indent=2))
+        tmp.write_text(json.dumps(sweep_record(fp, config, rule), indent=2))
         try:
             os.link(tmp, sj)
         except FileExistsError:
@@ -411,17 +428,19 @@ def meta_record(
     n_processes: int = 1,
     covariate_dims: dict[str, list[str]] | None = None,
     numerics_report: Mapping[str, Any] | None = None,
+    rule: int | None = None,
     **extra,
 ) -> dict[str, Any]:
     """meta.json of a finished sweep, plain or composite. config: the resolved config (its
-    sweep.dtype and matmul_precision are recorded from it); axes: each axis described; dims:
+    sweep.dtype and matmul_precision are recorded from it); fp: its fingerprint under
+    fingerprint rule `rule` (None: the current one); axes: each axis described; dims:
     each metric's dimension names; n_processes: jax.process_count() of the run; extra: the
     layout (plain), or the parts, history and refinement (composite), after the common keys."""
     sweep = config["sweep"]
     meta = {
         "schema": SCHEMA,
         "config": dict(config),
-        RULE_KEY: cfgmod.FINGERPRINT_RULE,
+        RULE_KEY: cfgmod.FINGERPRINT_RULE if rule is None else rule,
         "fingerprint": fp,
         "axes": axes,
         "metrics": list(dims),

@@ -264,9 +264,10 @@ def different_sweep(out: Path, old: dict[str, Any], config: dict[str, Any]) -> C
     )
 
 
-def claim_directory(out: Path, config: dict[str, Any], fp: str) -> None:
-    """Make `out` this sweep's directory (simlab.engine.records.claim_sweep), or refuse it when
-    it already names another sweep. Call under the directory lock (simlab.engine.claims)."""
-    old = records.claim_sweep(out, config, fp)
+def claim_directory(out: Path, config: dict[str, Any], fp: str, rule: int | None = None) -> None:
+    """Make `out` this sweep's directory (simlab.engine.records.claim_sweep; `fp` made under
+    fingerprint rule `rule`, None: the current one), or refuse it when it already names another
+    sweep. Call under the directory lock (simlab.engine.claims)."""
+    old = records.claim_sweep(out, config, fp, rule)
     if old is not None:
         raise different_sweep(out, old, config)

@@ -216,6 +216,43 @@ def test_a_fingerprint_is_checked_under_the_record_rule(monkeypatch, layout_1):
         results.load(d / "plain")
 
 
+def test_a_directory_keeps_the_rule_it_was_made_under(monkeypatch, tmp_path, layout_1):
+    """With a second rule current (one more field hashed at its default: a different
+    fingerprint for the same config), a directory made under rule 1 is reloaded as finished,
+    resumed from its chunks and grown under rule 1 (its new part, a new directory, under rule
+    2), while a new directory is made under rule 2; every record checks under its own rule."""
+    d, mk = layout_1
+    run_sweep(**mk.PLAIN, out=tmp_path / "half", quiet=True, worker=(0, 2))  # under rule 1
+    one = cfgmod.FINGERPRINT_RULES[1]
+    hashed = dict(one["hashed_at_default"])
+    hashed["inputs"] = [*hashed["inputs"], "normalize"]
+    monkeypatch.setitem(cfgmod.FINGERPRINT_RULES, 2, {**one, "hashed_at_default": hashed})
+    monkeypatch.setattr(cfgmod, "FINGERPRINT_RULE", 2)
+    chunks = []
+    old = run_sweep(**mk.PLAIN, out=d / "plain", quiet=True, on_chunk=chunks.append)
+    assert chunks == [] and records.RULE_KEY not in old.meta  # finished: loaded as it is
+    resumed = run_sweep(**mk.PLAIN, out=tmp_path / "half", quiet=True, on_chunk=chunks.append)
+    assert 0 < sum(c.points for c in chunks) < 2 * 3  # only the units the worker left
+    assert resumed.meta[records.RULE_KEY] == 1
+    assert resumed.meta["fingerprint"] == old.meta["fingerprint"]
+    for k in old.metrics:
+        np.testing.assert_array_equal(resumed[k], old[k])
+    new = run_sweep(**mk.PLAIN, out=tmp_path / "new", quiet=True)
+    assert new.meta[records.RULE_KEY] == 2
+    assert new.meta["fingerprint"] == cfgmod.fingerprint(new.meta["config"], 2)
+    assert new.meta["fingerprint"] != old.meta["fingerprint"]
+    bigger = {**mk.PLAIN, "axes": [{"name": "drift_norm", "values": [0.0, 0.5, 1.0, 2.0, 4.0]}]}
+    chunks.clear()
+    grown = run_sweep(**bigger, out=d / "plain", quiet=True, on_chunk=chunks.append)
+    assert grown.meta[records.RULE_KEY] == 1 and grown.meta["parts"]
+    state = records.read_sweep(d / "plain" / "sweep.json")
+    assert state[records.RULE_KEY] == 1
+    part = json.loads((d / "plain" / "parts" / "1" / "sweep.json").read_text())
+    assert part[records.RULE_KEY] == 2
+    results.load(d / "plain")
+    results.load(d / "plain" / "parts" / "1")
+
+
 def test_finished_is_decided_in_one_place(tmp_path, layout_1):
     """records.is_finished is the one judge of "finished": results.npz and meta.json both; the
     callers (info, merge, load, the parts, the waiting workers) spell it out nowhere else."""
