@@ -3,9 +3,9 @@ function here and read back by one, and every file is written atomically (docs/d
 "Flow of one sweep"; docs/config.md, "Numerics and errors").
 
   OUT/sweep.json       `sweep_record`: {"schema", "fingerprint_rule", "fingerprint", "config"};
-                       a composite sweep
-                       (simlab.engine.grow) adds "parts" (names, in creation order) and
-                       "history" (`history_entry`, one per target); read by `read_sweep`
+                       a composite sweep (simlab.engine.grow) adds "parts" (names, in creation
+                       order) and "history" (`history_entry`, one per target); read by
+                       `read_sweep`
   OUT/chunks/*.npz     a chunk's metric arrays plus RECORD (`chunk_record`: fingerprint,
                        range, metric names, sha256), verified by `verify_chunk`
   OUT/results.npz      one array per metric, one coordinate array per axis ("axis:<name>"),
@@ -23,10 +23,11 @@ empty chunks_rejected): it is read as it is. A record of a newer version than SC
 refused with a ResultsError naming the file. A record holding a fingerprint names the
 fingerprint rule it was made under (RULE_KEY; absent: rule 1), one of
 simlab.engine.config.FINGERPRINT_RULES, and its fingerprint is checked under that rule
-(`check_fingerprint`); a rule this simlab does not know is refused like a newer schema.
-`check_written_by` warns when a result comes from
-another simlab version or its config has fields this version does not know; the config kinds
-it knows are CONFIG_KINDS ("sweep" here; a study registers its own, e.g. "train-dynamics").
+(`check_fingerprint`); a rule this simlab does not know is refused like a newer schema, and a
+run into a directory hashes under the directory's rule (`directory_rule`). `check_written_by`
+warns when a result comes from another simlab version or its config has fields this version
+does not know; the config kinds it knows are CONFIG_KINDS ("sweep" here; a study registers its
+own, e.g. "train-dynamics").
 """
 
 from __future__ import annotations
