@@ -1,8 +1,9 @@
 """simlab: a JAX lab bench for attention sharpness vs anisotropy of untrained Transformer blocks.
 
 Layers (docs/design.md): simlab.core (the physics: specs, knobs, init, inputs, attention,
-tiles, blocks, metrics, the Lab), simlab.engine (the sweep machinery: config, sweep, results,
-compilation cache), simlab.studies (reproduce, check_theory, train_dynamics, bench), and
+tiles, blocks, metrics, the Lab), simlab.checkpoints (the weight source: trained checkpoints
+read into the lab's layout), simlab.engine (the sweep machinery: config, sweep, records,
+results, compilation cache), simlab.studies (reproduce, check_theory, train_dynamics, bench), and
 simlab.plot, simlab.theory, simlab.cli; simlab.registry and simlab.plugins (your own block kinds,
 input kinds, metrics, knobs, attention patterns and theory claims, docs/extending.md),
 simlab.testing (their conformance checks). `import simlab` stays light: the public names below

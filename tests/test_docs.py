@@ -4,8 +4,12 @@ README stays a front page whose links resolve."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+import import_graph
+import pytest
 
 from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
@@ -42,6 +46,61 @@ def test_every_cited_docs_page_and_section_exists():
                 )
             cited += 1
     assert cited > 20  # the docstrings do cite the pages
+
+
+def test_design_pictures_are_drawn_from_the_code():
+    """docs/design.md's layer and engine pictures are what tests/import_graph.py draws from
+    today's imports (run `python tests/import_graph.py` after moving an import or a module)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    assert import_graph.render(text) == text, "run: python tests/import_graph.py"
+
+
+def test_readme_numbers_are_printed_from_the_data():
+    """README.md's wall times and performance table are what experiments/readme_numbers.py
+    prints from the committed meta.json files and benchmark JSON, character for character;
+    the wall times are the meta.json sums (a grown sweep counted once, by its own meta.json)."""
+    from conftest import experiment_script
+
+    script = experiment_script("readme_numbers")
+    text = (ROOT / "README.md").read_text()
+    assert script.render(text, script.main()) == text, "run: python experiments/readme_numbers.py"
+    total, n = script.wall_time(ROOT / "figures" / "data" / "paper_refined")
+    meta = json.loads((ROOT / "figures" / "data" / "paper_refined" / "meta.json").read_text())
+    assert (total, n) == (meta["wall_time_s"], 1)
+    assert script._duration(3 * 3600 + 7 * 60 + 59) == "3 h 7 min"
+    assert script._duration(21 * 60 + 41.4) == "21 min 41 s" and script._duration(54) == "54 s"
+
+
+def _rows(picture: str) -> dict[str, int]:
+    """module -> its row in an engine picture (its continuation lines skipped)."""
+    out = {}
+    for line in picture.splitlines():
+        words = line.split()
+        if words[0].isdigit():
+            out[words[1]] = int(words[0])
+    return out
+
+
+def test_the_pictures_follow_the_imports():
+    """The drawing is of the graph it is given: every engine module is drawn above every engine
+    module it imports, a made-up import lifts a module's row, a circle is refused, and a
+    package's modules come after those they import."""
+    g = import_graph.graph()
+    eng = import_graph.children(g, "simlab.engine")
+    rows = _rows(import_graph.engine_picture(g))
+    assert set(rows) == {m.rsplit(".", 1)[1] for m in eng}
+    for m, targets in eng.items():
+        assert all(rows[m.rsplit(".", 1)[1]] > rows[t.rsplit(".", 1)[1]] for t in targets), m
+    moved = {k: set(v) for k, v in g.items()}
+    moved["simlab.engine.covariates"].add("simlab.engine.config")  # a made-up import
+    assert _rows(import_graph.engine_picture(moved))["covariates"] == rows["config"] + 1
+    moved["simlab.engine.config"].add("simlab.engine.covariates")  # and a circle
+    with pytest.raises(ValueError, match="import circle"):
+        import_graph.engine_picture(moved)
+    for package in ("simlab.core", "simlab.engine", "simlab.checkpoints"):
+        kids = import_graph.children(g, package)
+        order = import_graph.bottom_up(kids)
+        assert all(order.index(t) < order.index(m) for m in kids for t in kids[m]), package
 
 
 def test_readme_is_a_front_page_with_live_links():

@@ -1,35 +1,15 @@
 """The package's layers as docs/design.md ("Layout of the package") states them, read from the
-source (an ast walk that counts imports inside functions and leaves out those under
-`if TYPE_CHECKING:`, which never run): every import points down the layers of LAYERS, no
-module graph has a circle anywhere in simlab, an import inside a function only defers a heavy
-dependency and says so, and what the engine knows of the physics is exactly what
+source (the ast walk of tests/import_graph.py, which counts imports inside functions and leaves
+out those under `if TYPE_CHECKING:`, which never run): every import points down the layers of
+LAYERS, no module graph has a circle anywhere in simlab, an import inside a function only defers
+a heavy dependency and says so, and what the engine knows of the physics is exactly what
 simlab/engine/__init__.py says."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
+from import_graph import LAYERS, graph, imports, layer, modules
 
-ROOT = Path(__file__).resolve().parents[1] / "simlab"
-# Each top-level package or module of simlab and its layer: an import goes to a lower layer or
-# stays inside its own package (docs/design.md, "Layout of the package").
-LAYERS = {
-    "errors": 0,
-    "registry": 1,
-    "validate": 1,
-    "core": 2,
-    "theory": 2,
-    "checkpoints": 3,
-    "plugins": 3,
-    "engine": 4,
-    "plot": 5,
-    "testing": 5,
-    "studies": 6,
-    "cli": 7,
-    "__main__": 8,
-}
 # What the engine may import from outside itself (simlab/engine/__init__.py): the generic
 # pieces, the config's spec tables and knob registry, the default lab and the weight source.
 ENGINE_MAY_IMPORT = {
@@ -46,73 +26,6 @@ ENGINE_MAY_IMPORT = {
 DEFERRED_MARK = "# deferred:"
 # layers that defer nothing of simlab (their function-level imports would hide a circle)
 NEVER_DEFER = ("errors", "registry", "validate", "core", "theory", "checkpoints", "plugins")
-
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
-    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-    return ".".join(parts)
-
-
-def _type_checking(node) -> bool:
-    t = node.test if isinstance(node, ast.If) else None
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
-    )
-
-
-def imports(path: Path) -> list[tuple[str, int, bool]]:
-    """(imported simlab module, line, inside a function) for each import of simlab in a file
-    that runs (not under `if TYPE_CHECKING:`); `from simlab.engine import records` names
-    simlab.engine.records."""
-    tree = ast.parse(path.read_text())
-    out = []
-
-    def visit(node, in_function: bool):
-        for child in ast.iter_child_nodes(node):
-            if _type_checking(child):
-                continue
-            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
-            if isinstance(child, ast.Import):
-                out.extend((a.name, child.lineno, in_function) for a in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                for a in child.names:
-                    full = f"{child.module}.{a.name}"
-                    target = (
-                        full
-                        if (ROOT.parent / full.replace(".", "/")).exists()
-                        or (ROOT.parent / (full.replace(".", "/") + ".py")).exists()
-                        else child.module
-                    )
-                    out.append((target, child.lineno, in_function))
-            visit(child, inner)
-
-    visit(tree, False)
-    return [(m, line, f) for m, line, f in out if m == "simlab" or m.startswith("simlab.")]
-
-
-def modules(package: str) -> dict[str, Path]:
-    base = ROOT.parent / package.replace(".", "/")
-    return {module_name(p): p for p in sorted(base.rglob("*.py"))}
-
-
-def layer(module: str) -> str:
-    return module.split(".")[1]
-
-
-def graph() -> dict[str, set[str]]:
-    """module -> the simlab modules it imports (at any depth, inside functions too)."""
-    mods = modules("simlab")
-    out = {}
-    for n, p in mods.items():
-        edges = set()
-        for t, _, _ in imports(p):
-            while t not in mods and "." in t:
-                t = t.rsplit(".", 1)[0]
-            if t in mods and t not in (n, "simlab"):
-                edges.add(t)
-        out[n] = edges
-    return out
 
 
 def test_every_package_has_a_layer():

@@ -74,29 +74,41 @@ MATMUL_PRECISIONS = ("highest", "high", "default")
 MAX_SEEDS = 1 << 20
 # Fields that change only memory or speed, never the numbers: left out of the fingerprint.
 NOT_FINGERPRINTED = ("chunk_size", "memory_budget_mb")
-# The fingerprint rule (`canonical`): a field (of [block], [inputs], [sweep]) or a knob whose
+# The fingerprint rules, by version: the history of the fingerprint as data. Every record that
+# holds a fingerprint (sweep.json, meta.json) names the rule it was made under
+# (simlab.engine.records.RULE_KEY; a record without one was made under rule 1) and is checked
+# under that rule. A rule (`canonical`): a field (of [block], [inputs], [sweep]) or a knob whose
 # value equals its default is left out of the fingerprint, so that a field or knob a config does
-# not set never changes it; the fields and knobs below are the exception, hashed at their
-# default too (every stored fingerprint rests on them: tests/engine/test_records.py recomputes
-# each committed result's fingerprint and checks this rule for every field and knob).
-HASHED_AT_DEFAULT: dict[str, tuple[str, ...]] = {
-    "block": (
-        "kind", "d_model", "n_heads", "mlp", "mlp_ratio", "activation", "causal", "qk_norm",
-        "depth", "init", "init_sigma", "ln_eps",
-    ),
-    "inputs": (
-        "kind", "batch", "length", "vocab", "embed_std", "token_dist", "zipf_s", "sigma",
-        "alpha", "nu",
-    ),
-    "sweep": ("seeds", "base_seed", "micro_batch", "metrics", "matmul_precision"),
-    "knobs": (
-        "q_scale", "k_scale", "q_shift", "k_shift", "temperature", "drift_norm", "input_corr",
-        "attn_residual", "mlp_residual", "qk_norm_gain",
-    ),
+# not set never changes it, except the fields and knobs of "hashed_at_default" (rule 1: the
+# ones every record made before the rule existed hashed at their default); "defaults" gives
+# the default a field is compared with where it is not the field's own (rule 1: a sweep's
+# dtype None, resolved at run time, is float32). A change of the rule is a new entry here, never
+# an edit of an old one: every committed fingerprint keeps recomputing under its own rule
+# (tests/engine/test_records.py walks them all), and a run into a directory hashes under the
+# rule of the sweep it holds (simlab.engine.records.directory_rule), so a directory made under
+# an older rule is still reloaded, resumed and grown.
+FINGERPRINT_RULES: dict[int, dict[str, dict[str, Any]]] = {
+    1: {
+        "hashed_at_default": {
+            "block": [
+                "kind", "d_model", "n_heads", "mlp", "mlp_ratio", "activation", "causal",
+                "qk_norm", "depth", "init", "init_sigma", "ln_eps",
+            ],
+            "inputs": [
+                "kind", "batch", "length", "vocab", "embed_std", "token_dist", "zipf_s", "sigma",
+                "alpha", "nu",
+            ],
+            "sweep": ["seeds", "base_seed", "micro_batch", "metrics", "matmul_precision"],
+            "knobs": [
+                "q_scale", "k_scale", "q_shift", "k_shift", "temperature", "drift_norm",
+                "input_corr", "attn_residual", "mlp_residual", "qk_norm_gain",
+            ],
+        },
+        "defaults": {"sweep": {"dtype": "float32"}},
+    },
 }  # fmt: skip
-# The default a fingerprint compares with, where it is not the field's own (None: resolved at
-# run time): a sweep computed in float32.
-FINGERPRINT_DEFAULTS: dict[str, dict[str, Any]] = {"sweep": {"dtype": "float32"}}
+# The rule new records are made under (the newest).
+FINGERPRINT_RULE = max(FINGERPRINT_RULES)
 DTYPES = ("float32", "float64")
 
 
@@ -176,9 +188,10 @@ class SweepConfig:
         return out
 
 
-def field_defaults() -> dict[str, dict[str, Any]]:
-    """table -> field -> the default `canonical` compares with: the spec dataclasses' defaults,
-    SWEEP_DEFAULTS (with FINGERPRINT_DEFAULTS), every registered knob's default."""
+def field_defaults(rule: int | None = None) -> dict[str, dict[str, Any]]:
+    """table -> field -> the default `canonical` compares with under fingerprint rule `rule`
+    (None: FINGERPRINT_RULE): the spec dataclasses' defaults, SWEEP_DEFAULTS, every registered
+    knob's default, with the rule's own "defaults" over them."""
 
     def of(cls):
         return {f.name: f.default for f in dataclasses.fields(cls)}
@@ -189,40 +202,59 @@ def field_defaults() -> dict[str, dict[str, Any]]:
         "sweep": dict(SWEEP_DEFAULTS),
         "knobs": {k: knob_registry.KNOBS[k].default for k in knob_registry.KNOBS},
     }
-    for table, d in FINGERPRINT_DEFAULTS.items():
+    for table, d in fingerprint_rule(rule)["defaults"].items():
         out[table].update(d)
     return json.loads(json.dumps(out))
 
 
-def canonical(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What the fingerprint hashes: the config as JSON without the memory-only fields
-    (NOT_FINGERPRINTED) and without every field or knob at its default (None counts as the
-    default) except those of HASHED_AT_DEFAULT."""
+def fingerprint_rule(rule: int | None = None) -> dict[str, dict[str, Any]]:
+    """The fingerprint rule of version `rule` (FINGERPRINT_RULES; None: FINGERPRINT_RULE, read
+    when called); ValueError for one this simlab does not know (simlab.engine.records refuses
+    such a record, naming its file)."""
+    rule = FINGERPRINT_RULE if rule is None else rule
+    try:
+        return FINGERPRINT_RULES[rule]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"fingerprint rule {rule!r} is not one this simlab knows "
+            f"({', '.join(map(str, FINGERPRINT_RULES))})"
+        ) from None
+
+
+def canonical(config: Mapping[str, Any], rule: int | None = None) -> dict[str, Any]:
+    """What the fingerprint hashes under fingerprint rule `rule` (FINGERPRINT_RULES; None: the
+    current one, FINGERPRINT_RULE): the config
+    as JSON without the memory-only fields (NOT_FINGERPRINTED) and without every field or knob
+    at its default (None counts as the default) except those the rule hashes at their
+    default."""
     d = json.loads(json.dumps(config))
     for k in NOT_FINGERPRINTED:
         d.get("sweep", {}).pop(k, None)
     if isinstance(d.get("checkpoint"), dict):  # its files name it, not where it lies
         d["checkpoint"].pop("path", None)
-    for table, defaults in field_defaults().items():
+    hashed = fingerprint_rule(rule)["hashed_at_default"]
+    for table, defaults in field_defaults(rule).items():
         t = d.get(table)
         if not isinstance(t, dict):
             continue
-        keep = HASHED_AT_DEFAULT.get(table, ())
+        keep = hashed.get(table, ())
         for k in [k for k in t if k in defaults and k not in keep]:
             if t[k] is None or t[k] == defaults[k]:
                 del t[k]
     return d
 
 
-def fingerprint(config: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of a `to_dict()` config (`canonical`)."""
-    d = canonical(config)
+def fingerprint(config: Mapping[str, Any], rule: int | None = None) -> str:
+    """sha256 of the canonical JSON of a `to_dict()` config under fingerprint rule `rule`
+    (`canonical`; new records are made under FINGERPRINT_RULE)."""
+    d = canonical(config, rule)
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def config_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """Dotted names of the fields that differ between two config dicts (fingerprinted only)."""
-    return _diff(canonical(a), canonical(b), "")
+def config_diff(a: Mapping[str, Any], b: Mapping[str, Any], rule: int | None = None) -> list[str]:
+    """Dotted names of the fields that differ between two config dicts (fingerprinted only,
+    under fingerprint rule `rule`)."""
+    return _diff(canonical(a, rule), canonical(b, rule), "")
 
 
 def _diff(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str) -> list[str]:

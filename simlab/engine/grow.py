@@ -242,13 +242,13 @@ def open_composite(job: Job, seen: dict) -> dict:
             parts, history = [], []
         elif PARTS in cur:
             parts, history = list(cur[PARTS]), list(cur.get("history", []))
-            for name in ("results.npz", "meta.json"):
+            for name in records.RESULT_FILES:
                 (out / name).unlink(missing_ok=True)
         else:
             parts, history = ["0"], [_adopt(out, cur, coord)]
         change = "created" if cur is None else config_diff(cur.get("config", {}), job.resolved)
         history.append(records.history_entry(fp, change, _describe_target(job.cfg)))
-        state = records.sweep_record(fp, job.resolved, parts=parts, history=history)
+        state = records.sweep_record(fp, job.resolved, job.rule, parts=parts, history=history)
         records.write_json(sj, state)
         return state
 
@@ -305,8 +305,8 @@ def run(job: Job, seen: dict) -> results.Results | None:
 
 def _finished(out: Path, fp: str) -> results.Results | None:
     """The directory's results when it holds this sweep, finished (read only: no lock)."""
-    sj, done = out / "sweep.json", (out / "results.npz", out / "meta.json")
-    if not sj.is_file() or not all(p.exists() for p in done):
+    sj = out / "sweep.json"
+    if not sj.is_file() or not records.is_finished(out):
         return None
     if records.read_sweep(sj).get("fingerprint") != fp:
         return None
@@ -418,6 +418,7 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
         n_processes=jax.process_count(),
         covariate_dims=covariate_dims(cov) if cov else None,
         numerics_report=report,
+        rule=job.rule,
         **extra,
     )
     if out_dir is None or not current:

@@ -117,7 +117,7 @@ def intervals(res: results.Results, level: float = 0.95) -> list[str]:
 def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
     """The text `simlab info` prints."""
     out = Path(out)
-    if (out / "results.npz").exists() and (out / "meta.json").exists():
+    if records.is_finished(out):
         res = results.load(out)
         if (out / "sweep.json").is_file():
             records.read_sweep(out / "sweep.json")  # an edited record is refused, never shown
@@ -154,7 +154,7 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
             first, n = int(sw.get("first_seed") or 0), int(sw.get("seeds") or 1)
             points = _points(psj.get("config", {}))
             head = f"  {name}: {points} points x seeds {first}..{first + n - 1}"
-            if (part / "results.npz").exists():
+            if records.is_finished(part):
                 lines.append(f"{head}, finished")
             else:
                 done, total = _units(part, psj.get("config", {}))
@@ -165,7 +165,7 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
         sj = records.read_sweep(out / "sweep.json")
         config = sj.get("config", {})
         done, total = _units(out, config)
-        gone = [n for n in ("results.npz", "meta.json") if not (out / n).exists()]
+        gone = [n for n in records.RESULT_FILES if not (out / n).exists()]
         if done == total:  # every chunk is there: only the merge is left
             rest = f"nothing left to compute; `simlab merge {out}` rebuilds {' and '.join(gone)}"
         else:

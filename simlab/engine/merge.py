@@ -26,5 +26,5 @@ def merge_directory(out: str | Path, quiet: bool = False) -> tuple[results.Resul
             f"{out}: was written by a custom lab ({lab.get('class', '?')}); finish it from Python "
             "with the same lab: simlab.run_sweep(config, lab=..., out=...)"
         )
-    finished = (out / "results.npz").exists() and (out / "meta.json").exists()
+    finished = records.is_finished(out)
     return run_sweep(config["config"], out=out, quiet=quiet), finished

@@ -60,7 +60,7 @@ class Part:
 
     def finished(self) -> bool:
         if self.res is None and self.path is not None:
-            if (self.path / "results.npz").exists() and (self.path / "meta.json").exists():
+            if records.is_finished(self.path):
                 self.res = results.load(self.path)
         return self.res is not None
 

@@ -97,7 +97,8 @@ class Job:
     """A sweep ready to run: the config (micro-batch and dtype resolved), the lab and the metric
     names it keeps, the resolved config the sweep records and its fingerprint, the output
     directory (None: in memory), the writer's share (None: all), the devices, the output
-    options, and the start time (for wall_time_s)."""
+    options, the start time (for wall_time_s), and the fingerprint rule `fp` was made under
+    (the directory's own: simlab.engine.records.directory_rule)."""
 
     cfg: SweepConfig
     lab: Any
@@ -110,6 +111,7 @@ class Job:
     quiet: bool = False
     on_chunk: Callable[[ChunkInfo], None] | None = None
     t0: float = dataclasses.field(default_factory=time.perf_counter)
+    rule: int | None = None
 
 
 def prepare(
@@ -133,9 +135,10 @@ def prepare(
     out_dir = None if out is None else check_writable(out)
     if worker is not None:
         worker = check_worker(worker, out_dir)
+    rule = records.directory_rule(out_dir)
     return Job(
-        cfg, lab, names, resolved, fingerprint(resolved), out_dir, worker, device_list, quiet,
-        on_chunk, t0,
+        cfg, lab, names, resolved, fingerprint(resolved, rule), out_dir, worker, device_list,
+        quiet, on_chunk, t0, rule,
     )  # fmt: skip
 
 
@@ -342,7 +345,7 @@ def claim(job: Job) -> claims.Coordinator | None:
         return None
     coord = claims.Coordinator(job.out)
     with coord.lock():
-        claim_directory(job.out, job.resolved, job.fp)
+        claim_directory(job.out, job.resolved, job.fp, job.rule)
         for name in coord.clean():
             log.info("%s: removed %s (left by a writer that is gone)", job.out, name)
         (job.out / "chunks").mkdir(exist_ok=True)
@@ -422,6 +425,7 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         n_processes=jax.process_count(),
         covariate_dims=covariate_dims(cov) if cov else None,
         numerics_report=report,
+        rule=job.rule,
         layout=layout_meta,
     )
     if out is None:

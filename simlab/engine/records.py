@@ -2,23 +2,32 @@
 function here and read back by one, and every file is written atomically (docs/design.md,
 "Flow of one sweep"; docs/config.md, "Numerics and errors").
 
-  OUT/sweep.json       `sweep_record`: {"schema", "fingerprint", "config"}; a composite sweep
-                       (simlab.engine.grow) adds "parts" (names, in creation order) and
-                       "history" (`history_entry`, one per target); read by `read_sweep`
+  OUT/sweep.json       `sweep_record`: {"schema", "fingerprint_rule", "fingerprint", "config"};
+                       a composite sweep (simlab.engine.grow) adds "parts" (names, in creation
+                       order) and "history" (`history_entry`, one per target); read by
+                       `read_sweep`
   OUT/chunks/*.npz     a chunk's metric arrays plus RECORD (`chunk_record`: fingerprint,
                        range, metric names, sha256), verified by `verify_chunk`
   OUT/results.npz      one array per metric, one coordinate array per axis ("axis:<name>"),
                        one per covariate ("cov:<name>"): `write_results` / `read_results`
   OUT/meta.json        `meta_record`: the resolved config, fingerprint, axes, dims, versions,
                        devices, layout, chunk and time accounting (the same keys for a plain
-                       and a composite sweep); read by `read_results`
+                       and a composite sweep); read by `read_results`. A study's run (a
+                       training run) writes its own meta.json through `study_meta_record`
+A sweep directory holds a finished sweep when it holds results.npz and meta.json
+(`is_finished`, the one place that says so).
 
 SCHEMA is the version of these records. A record without a "schema" key is version 1, which
 holds the same fields (a composite meta.json of version 1 lacks points_per_second and has an
 empty chunks_rejected): it is read as it is. A record of a newer version than SCHEMA is
-refused with a ResultsError naming the file. `check_written_by` warns when a result comes from
-another simlab version or its config has fields this version does not know; the config kinds
-it knows are CONFIG_KINDS ("sweep" here; a study registers its own, e.g. "train-dynamics").
+refused with a ResultsError naming the file. A record holding a fingerprint names the
+fingerprint rule it was made under (RULE_KEY; absent: rule 1), one of
+simlab.engine.config.FINGERPRINT_RULES, and its fingerprint is checked under that rule
+(`check_fingerprint`); a rule this simlab does not know is refused like a newer schema, and a
+run into a directory hashes under the directory's rule (`directory_rule`). `check_written_by`
+warns when a result comes from another simlab version or its config has fields this version
+does not know; the config kinds it knows are CONFIG_KINDS ("sweep" here; a study registers its
+own, e.g. "train-dynamics").
 """
 
 from __future__ import annotations
@@ -47,6 +56,11 @@ from simlab.engine.claims import HOST
 from simlab.errors import ResultsError, StorageError
 
 SCHEMA = 2
+# The key of the fingerprint rule a record was made under (simlab.engine.config.FINGERPRINT_RULES;
+# a record without it: rule 1).
+RULE_KEY = "fingerprint_rule"
+# The files of a finished sweep (`is_finished`).
+RESULT_FILES = ("results.npz", "meta.json")
 AXIS_PREFIX = "axis:"
 COV_PREFIX = "cov:"
 # The key of a chunk file's record (JSON): fingerprint, range, metric names, sha256.
@@ -129,7 +143,45 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
             f"{path}: schema {schema!r} is newer than this simlab reads ({SCHEMA}); "
             "upgrade simlab to read it"
         )
+    record_rule(path, obj)
     return obj
+
+
+def record_rule(path: Path, rec: Mapping[str, Any]) -> int:
+    """The fingerprint rule a record was made under (RULE_KEY; absent: 1); ResultsError naming
+    the file for a value that is no rule version, or a rule this simlab does not know."""
+    rule = rec.get(RULE_KEY, 1)
+    if not isinstance(rule, int) or isinstance(rule, bool) or rule < 1:
+        raise ResultsError(
+            f"{path}: {RULE_KEY} {rule!r} is not a fingerprint rule version (a positive "
+            "integer); the file is not simlab's, or was edited"
+        )
+    if rule not in cfgmod.FINGERPRINT_RULES:
+        raise ResultsError(
+            f"{path}: made under fingerprint rule {rule}, which this simlab does not know "
+            f"(it knows {', '.join(map(str, cfgmod.FINGERPRINT_RULES))}); upgrade simlab to "
+            "read it"
+        )
+    return rule
+
+
+def directory_rule(out: Path | None) -> int:
+    """The fingerprint rule a run into `out` hashes its config under: the rule of the sweep its
+    sweep.json holds (a directory made under an older rule is resumed, grown and reloaded under
+    that rule, its chunk records and parts unchanged), else, for a new directory (or in
+    memory), simlab.engine.config.FINGERPRINT_RULE."""
+    sj = None if out is None else Path(out) / "sweep.json"
+    if sj is None or not sj.is_file():
+        return cfgmod.FINGERPRINT_RULE
+    rec = read_json(sj, "sweep.json of a sweep directory")
+    return record_rule(sj, rec) if is_sweep_record(rec) else cfgmod.FINGERPRINT_RULE
+
+
+def is_finished(d: Path) -> bool:
+    """Whether the sweep directory (or part) `d` holds a finished sweep: results.npz and
+    meta.json are both there (they are written last, results.npz first: `write_results`).
+    The one place that decides it; whose sweep it is, the caller checks (its sweep.json)."""
+    return all((Path(d) / name).exists() for name in RESULT_FILES)
 
 
 def versions(*extra: str) -> dict[str, str]:
@@ -149,10 +201,19 @@ def now() -> str:
 
 
 # ------------------------------------------------------------------------- sweep.json
-def sweep_record(fp: str, config: Mapping[str, Any], **composite) -> dict[str, Any]:
-    """sweep.json's content: the fingerprint and resolved config, and for a composite sweep
-    `parts` (names) and `history` (entries of `history_entry`)."""
-    return {"schema": SCHEMA, "fingerprint": fp, "config": dict(config), **composite}
+def sweep_record(
+    fp: str, config: Mapping[str, Any], rule: int | None = None, **composite
+) -> dict[str, Any]:
+    """sweep.json's content: the fingerprint, made under fingerprint rule `rule` (None:
+    simlab.engine.config.FINGERPRINT_RULE; named by RULE_KEY), the resolved config, and for a
+    composite sweep `parts` (names) and `history` (entries of `history_entry`)."""
+    return {
+        "schema": SCHEMA,
+        RULE_KEY: cfgmod.FINGERPRINT_RULE if rule is None else rule,
+        "fingerprint": fp,
+        "config": dict(config),
+        **composite,
+    }
 
 
 def read_sweep(path: Path) -> dict[str, Any]:
@@ -165,18 +226,20 @@ def read_sweep(path: Path) -> dict[str, Any]:
 
 def check_fingerprint(path: Path, rec: Mapping[str, Any]) -> None:
     """A record holding a config and a fingerprint (sweep.json, meta.json) is refused when the
-    config does not hash to the fingerprint (simlab.engine.config.fingerprint): the file was
-    edited. Not judged: another kind's record (a training run) and one with fields this version
-    does not know (written by a newer simlab: check_written_by warns). The error names the
-    file and, where the directory's other record still holds the original config, the first
-    field that differs."""
+    config does not hash to the fingerprint under the record's own rule (`record_rule`,
+    simlab.engine.config.fingerprint): the file was edited. Not judged: another kind's record
+    (a training run) and one with fields this version does not know (written by a newer
+    simlab: check_written_by warns). The error names the file and, where the directory's other
+    record still holds the original config (under the same rule), the first field that
+    differs."""
     fp, config = rec.get("fingerprint"), rec.get("config")
     if not isinstance(fp, str) or not isinstance(config, dict):
         return
     if rec.get("kind", "sweep") != "sweep" or unknown_fields(rec):
         return  # another study's rule, or a newer version's fields: check_written_by judges
+    rule = record_rule(path, rec)
     try:
-        ok = cfgmod.fingerprint(config) == fp
+        ok = cfgmod.fingerprint(config, rule) == fp
     except (TypeError, ValueError):
         ok = False
     if ok:
@@ -191,9 +254,9 @@ def check_fingerprint(path: Path, rec: Mapping[str, Any]) -> None:
         except (OSError, ValueError):
             continue
         same = isinstance(orig, dict) and orig.get("fingerprint") == fp
-        if same and isinstance(orig.get("config"), dict):
-            diff = cfgmod.config_diff(orig["config"], config)
-            if diff and cfgmod.fingerprint(orig["config"]) == fp:
+        if same and orig.get(RULE_KEY, 1) == rule and isinstance(orig.get("config"), dict):
+            diff = cfgmod.config_diff(orig["config"], config, rule)
+            if diff and cfgmod.fingerprint(orig["config"], rule) == fp:
                 field = f"; field {diff[0]} differs from {name}'s"
                 break
     raise ResultsError(
@@ -207,14 +270,17 @@ def is_sweep_record(obj: Mapping[str, Any]) -> bool:
     return isinstance(obj.get("fingerprint"), str) and isinstance(obj.get("config"), dict)
 
 
-def claim_sweep(out: Path, config: Mapping[str, Any], fp: str) -> dict[str, Any] | None:
-    """Create OUT/sweep.json exclusively for this sweep (os.link of a complete temporary file:
-    of two writers starting together exactly one creates it); the record found there (None
-    when it names this sweep). Call under the directory lock (simlab.engine.claims)."""
+def claim_sweep(
+    out: Path, config: Mapping[str, Any], fp: str, rule: int | None = None
+) -> dict[str, Any] | None:
+    """Create OUT/sweep.json exclusively for this sweep, its fingerprint `fp` made under
+    fingerprint rule `rule` (os.link of a complete temporary file: of two writers starting
+    together exactly one creates it); the record found there (None when it names this sweep).
+    Call under the directory lock (simlab.engine.claims)."""
     sj = out / "sweep.json"
     if not sj.exists():
         tmp = out / f".sweep.json.{os.getpid()}.new"
-        tmp.write_text(json.dumps(sweep_record(fp, config), indent=2))
+        tmp.write_text(json.dumps(sweep_record(fp, config, rule), indent=2))
         try:
             os.link(tmp, sj)
         except FileExistsError:
@@ -363,16 +429,19 @@ def meta_record(
     n_processes: int = 1,
     covariate_dims: dict[str, list[str]] | None = None,
     numerics_report: Mapping[str, Any] | None = None,
+    rule: int | None = None,
     **extra,
 ) -> dict[str, Any]:
     """meta.json of a finished sweep, plain or composite. config: the resolved config (its
-    sweep.dtype and matmul_precision are recorded from it); axes: each axis described; dims:
+    sweep.dtype and matmul_precision are recorded from it); fp: its fingerprint under
+    fingerprint rule `rule` (None: the current one); axes: each axis described; dims:
     each metric's dimension names; n_processes: jax.process_count() of the run; extra: the
     layout (plain), or the parts, history and refinement (composite), after the common keys."""
     sweep = config["sweep"]
     meta = {
         "schema": SCHEMA,
         "config": dict(config),
+        RULE_KEY: cfgmod.FINGERPRINT_RULE if rule is None else rule,
         "fingerprint": fp,
         "axes": axes,
         "metrics": list(dims),
@@ -405,6 +474,32 @@ def meta_record(
     if config.get("checkpoint"):  # trained layers: one set of weights for every seed
         meta["seeds_vary"] = "inputs only: the checkpoint's weights are the same for every seed"
     return meta
+
+
+def study_meta_record(
+    kind: str,
+    *,
+    config: Mapping[str, Any],
+    axes: list[dict[str, Any]],
+    dims: dict[str, list[str]],
+    extra_versions: tuple[str, ...] = (),
+    **extra,
+) -> dict[str, Any]:
+    """meta.json of a study's run that is not a sweep (kind e.g. "train-dynamics", whose study
+    registers its config kind: `register_config_kind`): the schema, the kind, its config, axes
+    described, each metric's dimension names, the study's own entries (`extra`, in order), then
+    the versions (with `extra_versions`, e.g. "flax", "optax"). No fingerprint: such a run is
+    not resumed."""
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "config": dict(config),
+        "axes": list(axes),
+        "metrics": list(dims),
+        "dims": dict(dims),
+        **extra,
+        "versions": versions(*extra_versions),
+    }
 
 
 # a metric may pass its declared bounds by float32 rounding (simlab.testing.BOUND_TOL)
@@ -483,8 +578,8 @@ def read_results(path: str | os.PathLike):
     results.npz); ResultsError naming the file when it is missing, unreadable or not simlab's."""
     p = Path(path)
     d = p.parent if p.suffix == ".npz" else p
-    npz, mj = d / "results.npz", d / "meta.json"
-    if not npz.exists() or not mj.exists():
+    npz, mj = (d / name for name in RESULT_FILES)
+    if not is_finished(d):
         raise ResultsError(f"{d}: no finished sweep here (need results.npz and meta.json)")
     meta = read_json(mj, "meta.json of a finished sweep")
     check_fingerprint(mj, meta)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from simlab.engine import results
+from simlab.engine import records, results
 from simlab.engine.store import ChunkStore, Layout
 from simlab.errors import ConfigError
 
@@ -183,7 +183,7 @@ def worker_from_env() -> tuple[int, int] | None:
 
 def wait_for_results(out_dir: Path, poll_s: float = 0.5) -> results.Results:
     """Wait for results.npz and meta.json in out_dir (written by the merging process)."""
-    while not ((out_dir / "results.npz").exists() and (out_dir / "meta.json").exists()):
+    while not records.is_finished(out_dir):
         time.sleep(poll_s)
     return results.load(out_dir)
 

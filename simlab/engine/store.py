@@ -252,7 +252,7 @@ def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
         raise ResultsError(f"{sj}: has no fingerprint; the file is not simlab's sweep.json")
     if old.get("fingerprint") != fp:
         raise different_sweep(out, old, config)
-    return (out / "results.npz").exists() and (out / "meta.json").exists()
+    return records.is_finished(out)
 
 
 def different_sweep(out: Path, old: dict[str, Any], config: dict[str, Any]) -> ConfigError:
@@ -264,9 +264,10 @@ def different_sweep(out: Path, old: dict[str, Any], config: dict[str, Any]) -> C
     )
 
 
-def claim_directory(out: Path, config: dict[str, Any], fp: str) -> None:
-    """Make `out` this sweep's directory (simlab.engine.records.claim_sweep), or refuse it when
-    it already names another sweep. Call under the directory lock (simlab.engine.claims)."""
-    old = records.claim_sweep(out, config, fp)
+def claim_directory(out: Path, config: dict[str, Any], fp: str, rule: int | None = None) -> None:
+    """Make `out` this sweep's directory (simlab.engine.records.claim_sweep; `fp` made under
+    fingerprint rule `rule`, None: the current one), or refuse it when it already names another
+    sweep. Call under the directory lock (simlab.engine.claims)."""
+    old = records.claim_sweep(out, config, fp, rule)
     if old is not None:
         raise different_sweep(out, old, config)

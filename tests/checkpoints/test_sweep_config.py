@@ -91,6 +91,36 @@ def test_a_sweep_reads_each_checkpoint_file_once(tmp_path, monkeypatch):
     assert reads == {"config.json": 1, "model.safetensors": 1}
 
 
+def test_growing_and_merging_read_each_checkpoint_file_once(tmp_path, monkeypatch):
+    """Growing a checkpoint sweep (more seeds: a composite of parts, each a plain sweep) and
+    `simlab merge` of a directory a worker left (its stored config) read config.json and the
+    weights file once each, as a plain sweep does: the parts share the Weights read once."""
+    from simlab import cli
+
+    ck = shutil.copytree(FIXTURES / "bert", tmp_path / "ck").resolve()
+    simlab.run_sweep(config(ck), out=tmp_path / "run", quiet=True)
+    simlab.run_sweep(config(ck), out=tmp_path / "half", quiet=True, worker=(0, 2))
+    reads = collections.Counter()
+    real = io.open
+
+    def counting(file, *args, **kwargs):
+        if isinstance(file, (str, pathlib.Path)) and pathlib.Path(file).resolve().parent == ck:
+            reads[pathlib.Path(file).name] += 1
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", counting)
+    monkeypatch.setattr(builtins, "open", counting)
+    chunks = []
+    grown = simlab.run_sweep(
+        config(ck, sweep={"seeds": 3}), out=tmp_path / "run", quiet=True, on_chunk=chunks.append
+    )
+    assert grown.meta["parts"] and chunks  # a composite sweep that computed a new part
+    assert reads == {"config.json": 1, "model.safetensors": 1}
+    reads.clear()
+    assert cli.main(["merge", str(tmp_path / "half"), "--quiet"]) == 0
+    assert reads == {"config.json": 1, "model.safetensors": 1}
+
+
 def test_a_stored_config_reads_no_weights_until_it_is_run(tmp_path):
     """load_config(..., read_weights=False) of a recorded config reads nothing (weights None);
     building its lab reads them then, from the recorded files, and the lab counts as the

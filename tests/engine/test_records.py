@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import shutil
+import subprocess
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -121,17 +123,146 @@ def test_a_schema_that_is_not_a_version_is_refused_as_such(layout_1, schema):
         results.load(d / "plain")
 
 
+def _committed_records() -> list[Path]:
+    """Every committed sweep.json and meta.json under figures/ and tests/ (git's list when this
+    is a checkout, else the files there)."""
+    names = ("sweep.json", "meta.json")
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "figures", "tests"],
+            cwd=REPO, capture_output=True, check=True,
+        ).stdout.decode()  # fmt: skip
+        files = [REPO / f for f in out.split("\0") if f.rsplit("/", 1)[-1] in names]
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+    if not files:
+        files = [p for base in ("figures", "tests") for p in (REPO / base).rglob("*.json")]
+    return sorted(p for p in files if p.name in names)
+
+
 def test_every_committed_fingerprint_recomputes():
-    """Every committed result's and fixture's fingerprint is its config's under today's rule
-    (figures/data, tests/fixtures): the rule and HASHED_AT_DEFAULT keep them all."""
+    """Every committed sweep.json and meta.json holding a fingerprint (figures/data,
+    figures/quick/data, the fixtures under tests/) hashes to it under the rule it names (none
+    names one: rule 1), by the rule's data alone; and simlab reads it without refusing it."""
     found = 0
-    for base in (REPO / "figures" / "data", REPO / "tests" / "fixtures"):
-        for p in sorted(base.rglob("*.json")):
-            rec = json.loads(p.read_text())
-            if isinstance(rec, dict) and isinstance(rec.get("fingerprint"), str):
-                found += 1
-                assert cfgmod.fingerprint(rec["config"]) == rec["fingerprint"], p
-    assert found >= 20
+    for p in _committed_records():
+        rec = json.loads(p.read_text())
+        if not (isinstance(rec, dict) and isinstance(rec.get("fingerprint"), str)):
+            continue
+        found += 1
+        rule = rec.get(records.RULE_KEY, 1)
+        assert rule in cfgmod.FINGERPRINT_RULES, p
+        assert cfgmod.fingerprint(rec["config"], rule) == rec["fingerprint"], p
+        records.check_fingerprint(p, records.read_json(p, "a committed record"))
+    assert found >= 200
+    assert cfgmod.FINGERPRINT_RULE in cfgmod.FINGERPRINT_RULES
+
+
+def test_new_records_name_their_fingerprint_rule(tmp_path, layout_1):
+    """sweep.json and meta.json of a new sweep, plain and composite, name the rule they were
+    made under, and their fingerprint is that rule's; the layout-1 records name none and are
+    read as rule 1."""
+    d, mk = layout_1
+    run_sweep(**mk.PLAIN, out=tmp_path / "p", quiet=True)
+    run_sweep(**mk.PLAIN, out=tmp_path / "g", quiet=True)
+    run_sweep(**mk.GROWN, out=tmp_path / "g", quiet=True)
+    made = [tmp_path / "p", tmp_path / "g", tmp_path / "g" / "parts" / "1"]
+    for rec_path in [x / name for x in made for name in ("sweep.json", "meta.json")]:
+        rec = json.loads(rec_path.read_text())
+        assert rec[records.RULE_KEY] == cfgmod.FINGERPRINT_RULE, rec_path
+        assert cfgmod.fingerprint(rec["config"], rec[records.RULE_KEY]) == rec["fingerprint"]
+    old = json.loads((d / "plain" / "sweep.json").read_text())
+    assert records.RULE_KEY not in old
+    assert records.record_rule(d / "plain" / "sweep.json", old) == 1
+
+
+@pytest.mark.parametrize(
+    "rule,message",
+    [
+        (99, r"made under fingerprint rule 99, which this simlab does not know"),
+        ("1", r"fingerprint_rule '1' is not a fingerprint rule version"),
+        (0, r"fingerprint_rule 0 is not a fingerprint rule version"),
+    ],
+)
+def test_an_unknown_fingerprint_rule_is_refused_naming_the_file(layout_1, rule, message):
+    """A record naming a rule this simlab does not know (a newer simlab's), or a value that is
+    no rule version, is refused when read, naming the file, not called edited."""
+    d, _ = layout_1
+    _edit(d / "plain" / "meta.json", lambda r: r.update({records.RULE_KEY: rule}))
+    with pytest.raises(ResultsError, match="plain/meta.json: " + message):
+        results.load(d / "plain")
+
+
+def test_a_fingerprint_is_checked_under_the_record_rule(monkeypatch, layout_1):
+    """A rule is data: a second rule that hashes one more field at its default gives another
+    fingerprint for the same config; a record naming it is checked under it (and refused under
+    the other), while the records naming rule 1 (or none) still read."""
+    d, _ = layout_1
+    one = cfgmod.FINGERPRINT_RULES[1]
+    hashed = dict(one["hashed_at_default"])
+    hashed["inputs"] = [*hashed["inputs"], "normalize"]
+    monkeypatch.setitem(cfgmod.FINGERPRINT_RULES, 2, {**one, "hashed_at_default": hashed})
+    meta = json.loads((d / "plain" / "meta.json").read_text())
+    fp1, fp2 = (cfgmod.fingerprint(meta["config"], r) for r in (1, 2))
+    assert fp1 == meta["fingerprint"] != fp2
+    assert "normalize" in cfgmod.canonical(meta["config"], 2)["inputs"]
+    assert "normalize" not in cfgmod.canonical(meta["config"], 1)["inputs"]
+    for name in ("sweep.json", "meta.json"):
+        _edit(d / "plain" / name, lambda r: r.update({records.RULE_KEY: 2, "fingerprint": fp2}))
+    assert results.load(d / "plain").meta["fingerprint"] == fp2
+    records.read_sweep(d / "plain" / "sweep.json")
+    _edit(d / "plain" / "meta.json", lambda r: r.update({records.RULE_KEY: 1}))
+    with pytest.raises(ResultsError, match=r"meta.json: its config does not hash"):
+        results.load(d / "plain")
+
+
+def test_a_directory_keeps_the_rule_it_was_made_under(monkeypatch, tmp_path, layout_1):
+    """With a second rule current (one more field hashed at its default: a different
+    fingerprint for the same config), a directory made under rule 1 is reloaded as finished,
+    resumed from its chunks and grown under rule 1 (its new part, a new directory, under rule
+    2), while a new directory is made under rule 2; every record checks under its own rule."""
+    d, mk = layout_1
+    run_sweep(**mk.PLAIN, out=tmp_path / "half", quiet=True, worker=(0, 2))  # under rule 1
+    one = cfgmod.FINGERPRINT_RULES[1]
+    hashed = dict(one["hashed_at_default"])
+    hashed["inputs"] = [*hashed["inputs"], "normalize"]
+    monkeypatch.setitem(cfgmod.FINGERPRINT_RULES, 2, {**one, "hashed_at_default": hashed})
+    monkeypatch.setattr(cfgmod, "FINGERPRINT_RULE", 2)
+    chunks = []
+    old = run_sweep(**mk.PLAIN, out=d / "plain", quiet=True, on_chunk=chunks.append)
+    assert chunks == [] and records.RULE_KEY not in old.meta  # finished: loaded as it is
+    resumed = run_sweep(**mk.PLAIN, out=tmp_path / "half", quiet=True, on_chunk=chunks.append)
+    assert 0 < sum(c.points for c in chunks) < 2 * 3  # only the units the worker left
+    assert resumed.meta[records.RULE_KEY] == 1
+    assert resumed.meta["fingerprint"] == old.meta["fingerprint"]
+    for k in old.metrics:
+        np.testing.assert_array_equal(resumed[k], old[k])
+    new = run_sweep(**mk.PLAIN, out=tmp_path / "new", quiet=True)
+    assert new.meta[records.RULE_KEY] == 2
+    assert new.meta["fingerprint"] == cfgmod.fingerprint(new.meta["config"], 2)
+    assert new.meta["fingerprint"] != old.meta["fingerprint"]
+    bigger = {**mk.PLAIN, "axes": [{"name": "drift_norm", "values": [0.0, 0.5, 1.0, 2.0, 4.0]}]}
+    chunks.clear()
+    grown = run_sweep(**bigger, out=d / "plain", quiet=True, on_chunk=chunks.append)
+    assert grown.meta[records.RULE_KEY] == 1 and grown.meta["parts"]
+    state = records.read_sweep(d / "plain" / "sweep.json")
+    assert state[records.RULE_KEY] == 1
+    part = json.loads((d / "plain" / "parts" / "1" / "sweep.json").read_text())
+    assert part[records.RULE_KEY] == 2
+    results.load(d / "plain")
+    results.load(d / "plain" / "parts" / "1")
+
+
+def test_finished_is_decided_in_one_place(tmp_path, layout_1):
+    """records.is_finished is the one judge of "finished": results.npz and meta.json both; the
+    callers (info, merge, load, the parts, the waiting workers) spell it out nowhere else."""
+    d, _ = layout_1
+    assert records.is_finished(d / "plain") and records.is_finished(d / "grown" / "parts" / "0")
+    (d / "plain" / "meta.json").unlink()
+    assert not records.is_finished(d / "plain") and not records.is_finished(tmp_path)
+    spelled = re.compile(r'"results\.npz"\)\.exists|"meta\.json"\)\.exists')
+    for path in sorted((REPO / "simlab").rglob("*.py")):
+        assert not spelled.search(path.read_text()), path
 
 
 def _base_config() -> dict:
@@ -167,12 +298,14 @@ FIELDS = [
 
 @pytest.mark.parametrize(("table", "name"), FIELDS, ids=[f"{t}.{n}" for t, n in FIELDS])
 def test_fingerprint_rule_for_every_field(table, name):
-    """For every field and knob: at its default it is hashed exactly when HASHED_AT_DEFAULT
-    names it; away from its default it always changes the fingerprint."""
+    """For every field and knob: at its default it is hashed exactly when the current
+    fingerprint rule's "hashed_at_default" names it; away from its default it always changes
+    the fingerprint."""
     defaults = cfgmod.field_defaults()[table]
     d = _base_config()
     d[table][name] = defaults[name]
-    hashed = name in cfgmod.HASHED_AT_DEFAULT.get(table, ())
+    rule = cfgmod.FINGERPRINT_RULES[cfgmod.FINGERPRINT_RULE]
+    hashed = name in rule["hashed_at_default"].get(table, ())
     assert (name in cfgmod.canonical(d)[table]) == hashed
     if not hashed:  # a config that never sets the field hashes the same
         without = json.loads(json.dumps(d))
@@ -196,13 +329,17 @@ def test_every_knob_is_a_field_of_the_rule():
 
 
 def test_training_run_config_is_recognised(tmp_path):
-    """A training run's meta.json (kind "train-dynamics") reloads without a warning about its
-    own fields; a field TrainConfig lacks is named."""
+    """A training run's meta.json (kind "train-dynamics", built by records.study_meta_record
+    with its schema key) reloads without a warning about its own fields; a field TrainConfig
+    lacks is named."""
     from simlab.studies.train_dynamics import config as train_config
 
     cfg = train_config.load(quick=True)
-    meta = {"kind": "train-dynamics", "config": dataclasses.asdict(cfg), "axes": []}
-    meta["versions"] = records.versions()
+    meta = records.study_meta_record(
+        "train-dynamics", config=dataclasses.asdict(cfg), axes=[], dims={"loss": ["seed"]}
+    )
+    assert meta["schema"] == records.SCHEMA and meta["kind"] == "train-dynamics"
+    assert records.RULE_KEY not in meta and "fingerprint" not in meta
     axes = OrderedDict(step=np.arange(2.0))
     records.write_results(tmp_path / "run", axes, {"loss": np.zeros((2, 1))}, meta)
     _no_warnings(results.load, tmp_path / "run")

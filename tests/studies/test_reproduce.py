@@ -352,3 +352,26 @@ def test_group_named_like_another_config_is_refused(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a.toml" in err[0] and "'a'" in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"d_model": 48, "n_heads": 4, "d_ff": 100},  # HF's intermediate_size 100 at hidden 48
+        {"d_model": 32, "n_heads": 4, "mlp_ratio": 3},
+        {"d_model": 32, "n_heads": 4},  # the spec's own default ratio
+    ],
+)
+def test_overlays_read_the_mlp_width_through_the_spec(table):
+    """The theory overlays' F / D of a stored [block] table is BlockSpec.mlp_width / d_model (the
+    one place the MLP width is read), d_ff included; a table no spec accepts is refused."""
+    from simlab.studies.reproduce import overlays
+
+    spec = BlockSpec(**table)
+    ratio = overlays._mlp_ratio(table)
+    assert ratio == spec.mlp_width / spec.d_model
+    assert ratio * table["d_model"] == table.get(
+        "d_ff", table["d_model"] * table.get("mlp_ratio", 4)
+    )
+    with pytest.raises(ConfigError, match=r"block\.d_ff"):
+        overlays._mlp_ratio({**table, "d_ff": 100, "mlp_ratio": 3})

@@ -20,6 +20,7 @@ import simlab
 from simlab import cli
 from simlab.core import block
 from simlab.core.knobs import knob_arrays
+from simlab.engine import records
 from simlab.errors import ConfigError
 from simlab.studies import train_dynamics
 from simlab.studies.train_dynamics import config, corpus, loop, stats
@@ -216,6 +217,10 @@ def test_quick_run_lowers_loss_and_reloads(tmp_path):
     assert back["out_cos"].shape == (n_steps, cfg.depth, 1, 2)
     assert back.meta["dims"]["out_cos"] == ["step", "layer", "seed"]
     assert len(back.meta["train_loss"][1]) == cfg.steps
+    # written by the records like every record: its schema, its kind, the versions it ran with
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert (meta["schema"], meta["kind"]) == (records.SCHEMA, "train-dynamics")
+    assert {"flax", "optax", "jax"} <= set(meta["versions"])
     # seeds are different models on different data, the held-out batch is shared
     assert not np.array_equal(back["q_rms"][-1, ..., 0], back["q_rms"][-1, ..., 1])
     # the saved final parameters reproduce the last checkpoint's statistics and final loss

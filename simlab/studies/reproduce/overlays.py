@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from simlab import theory
+from simlab.core.spec import BlockSpec, spec_from_dict
 from simlab.engine.results import Results
 from simlab.theory import gains
 
@@ -40,8 +41,10 @@ THEORY: dict[str, Callable[[Results], tuple]] = {
 
 
 def _mlp_ratio(b: dict) -> float:
-    """F / D of a stored [block] table (its d_ff where set, else mlp_ratio)."""
-    return (b.get("d_ff") or b["d_model"] * b.get("mlp_ratio", 4)) / b["d_model"]
+    """F / D of a stored [block] table: its MLP width as BlockSpec.mlp_width reads it (d_ff
+    where set, else d_model * mlp_ratio, the defaults the spec's own)."""
+    block = spec_from_dict(BlockSpec, b, "block")
+    return block.mlp_width / block.d_model
 
 
 def _mlp_mean_gain(res: Results):

@@ -291,27 +291,26 @@ def run(cfg: TrainConfig, out_dir=None, quiet: bool = False) -> results.Results:
         layer=np.arange(cfg.depth, dtype=np.float64),
         head=np.arange(cfg.n_heads, dtype=np.float64),
     )
-    meta = {
-        "kind": "train-dynamics",
-        "config": dataclasses.asdict(cfg),
-        "corpus": {**dataclasses.asdict(cs), "task": cs.task, "law": cs.law, **floors},
-        "axes": [
+    meta = records.study_meta_record(
+        "train-dynamics",
+        config=dataclasses.asdict(cfg),
+        axes=[
             {"name": "step", "knobs": [], "space": "log", "values": steps.tolist()},
             {"name": "layer", "knobs": [], "space": "values", "values": list(range(cfg.depth))},
             {"name": "head", "knobs": [], "space": "values", "values": list(range(cfg.n_heads))},
         ],
-        "metrics": list(tracked),
-        "dims": dims,
-        "convention": "every metric is (step, layer, head, seed); a size-1 dim is broadcast "
+        dims=dims,
+        extra_versions=("flax", "optax"),
+        corpus={**dataclasses.asdict(cs), "task": cs.task, "law": cs.law, **floors},
+        convention="every metric is (step, layer, head, seed); a size-1 dim is broadcast "
         "(the metric does not depend on it); dims[name] lists the real dims",
-        "loop_steps": steps[loop_indices(steps, cfg.loop_checkpoints)].tolist(),
-        "train_loss": np.stack(train_losses).tolist(),
-        "final_loss": final_losses,
-        "versions": records.versions("flax", "optax"),
-        "train_time_s": t_train,
-        "loop_time_s": t_loop,
-        "wall_time_s": time.perf_counter() - t0,
-    }
+        loop_steps=steps[loop_indices(steps, cfg.loop_checkpoints)].tolist(),
+        train_loss=np.stack(train_losses).tolist(),
+        final_loss=final_losses,
+        train_time_s=t_train,
+        loop_time_s=t_loop,
+        wall_time_s=time.perf_counter() - t0,
+    )
     if out_dir is None:
         return results.Results(axes, tracked, meta)
     res = results.save(out_dir, axes, tracked, meta)

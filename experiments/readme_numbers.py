@@ -1,0 +1,112 @@
+"""The README's numbers, printed from the data committed in the repo (no number typed by hand):
+
+- "wall-times": how long the committed sweeps took, the sum of the `wall_time_s` their
+  meta.json files record (a grown or refined sweep counted once, by its own meta.json, which
+  sums its parts), for experiment 1 (figures/data/paper), for everything under figures/data
+  (the paper's sizes) and under figures/quick/data (`--quick`);
+- "performance": the PyTorch-peer workloads P1-P5 of the benchmark run the README cites
+  (RUN, a JSON file of `simlab bench`), as simlab.studies.bench.report formats them.
+
+    python experiments/readme_numbers.py            rewrite the blocks in README.md
+    python experiments/readme_numbers.py --print    print them
+
+tests/test_docs.py checks that README.md carries them character for character.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# The benchmark run the README's performance table shows (a quiet machine: docs/performance.md).
+RUN = ROOT / "benchmarks" / "results" / "cpu-20261201-123043.json"
+PEERS = ("P1", "P2", "P3", "P4", "P5")
+MARK = "(python experiments/readme_numbers.py; do not edit by hand)"
+
+
+def _duration(s: float) -> str:
+    """Seconds as "1 h 2 min", "21 min 41 s" or "5 s"."""
+    s = round(s)
+    h, m, sec = s // 3600, s % 3600 // 60, s % 60
+    if h:
+        return f"{h} h {m} min"
+    return f"{m} min {sec} s" if m else f"{sec} s"
+
+
+def wall_time(base: Path) -> tuple[float, int]:
+    """(the summed wall_time_s, the number of sweeps) of the finished sweeps under `base`, a
+    sweep's parts (OUT/parts/<k>/) left out: the sweep's own meta.json counts their time."""
+    total, n = 0.0, 0
+    for meta in sorted(base.rglob("meta.json")):
+        if "parts" in meta.relative_to(base).parts:
+            continue
+        rec = json.loads(meta.read_text())
+        if isinstance(rec.get("wall_time_s"), (int, float)) and "fingerprint" in rec:
+            total += rec["wall_time_s"]
+            n += 1
+    return total, n
+
+
+def wall_times(full: Path, quick: Path) -> str:
+    paper, _ = wall_time(full / "paper")
+    every, n = wall_time(full)
+    fast, n_quick = wall_time(quick)
+    return (
+        f"- experiment 1 at the paper's size (`figures/data/paper`): {_duration(paper)} of "
+        "sweeps on the CPU that made it\n"
+        f"- every committed sweep at the paper's sizes ({n} sweeps under `figures/data`): "
+        f"{_duration(every)}\n"
+        f"- every quick sweep ({n_quick} under `figures/quick/data`): {_duration(fast)}\n"
+    )
+
+
+def performance(run: Path) -> str:
+    from simlab.studies.bench import report
+
+    rec = json.loads(run.read_text())
+    peers = [
+        {k: v for k, v in w.items() if k != "stages"}
+        for w in rec["workloads"]
+        if w["name"] in PEERS
+    ]
+    m = rec["machine"]
+    head = (
+        f"`{rec['command']}`, {rec['date'][:10]}, {m['cpu']} ({m['cores']} cores), jax "
+        f"{m['jax']}; JSON `{run.relative_to(ROOT)}`:\n\n"
+    )
+    table = report.format_table({**rec, "workloads": peers}).strip("\n")
+    while "\n\n\n" in table:
+        table = table.replace("\n\n\n", "\n\n")
+    return head + table + "\n"
+
+
+def main(root: Path = ROOT) -> dict[str, str]:
+    """Each README block's text (without its markers)."""
+    return {
+        "wall-times": wall_times(root / "figures" / "data", root / "figures" / "quick" / "data"),
+        "performance": performance(RUN),
+    }
+
+
+def render(text: str, blocks: dict[str, str]) -> str:
+    """`text` with each block between its markers replaced."""
+    for name, block in blocks.items():
+        begin, end = f"<!-- {name}:begin {MARK} -->", f"<!-- {name}:end -->"
+        if text.count(begin) != 1 or text.count(end) != 1:
+            raise ValueError(f"{README}: needs one {begin} and one {end}")
+        head, rest = text.split(begin)
+        _, tail = rest.split(end)
+        text = f"{head}{begin}\n{block}{end}{tail}"
+    return text
+
+
+if __name__ == "__main__":
+    blocks = main()
+    if "--print" in sys.argv[1:]:
+        for name, block in blocks.items():
+            print(f"<!-- {name}:begin {MARK} -->\n{block}<!-- {name}:end -->")
+    else:
+        README.write_text(render(README.read_text(), blocks))
