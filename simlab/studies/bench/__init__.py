@@ -327,17 +327,26 @@ def hooks_missing(name: str, quick: bool) -> str | None:
 
 
 def run_hooks(
-    name: str, quick: bool, isolate: bool, log=print, peer: bool = True, rounds: int = 1
+    name: str,
+    quick: bool,
+    isolate: bool,
+    log=print,
+    peer: bool = True,
+    rounds: int = 1,
+    repeats: int | None = None,
 ) -> dict[str, Any]:
     """A hooks workload (M1), `rounds` times: simlab's side, then the HF hooks peer, each in its
     own process (simlab's without a persistent compilation cache: its compile is a cold one).
     The table reports medians over rounds; the JSON every round, and the largest difference
-    between the two sides' numbers (the same ids, lambdas and layer)."""
+    between the two sides' numbers (the same ids, lambdas and layer). repeats: passes over the
+    window sets per process (None: the workload's)."""
     import statistics
 
     import numpy as np
 
     cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
+    if repeats is not None:
+        cfg["repeats"] = repeats
     spec = {k: cfg[k] for k in ("source", "layer", "batch", "length", "windows", "lambdas")}
     runs = []
     for r in range(rounds):
@@ -476,13 +485,14 @@ def run_bench(
     }
     for n in names:
         if n in HOOKS:
-            if not _has_hf():
+            if torch_device is not None and not _has_hf():
                 log(
                     f"bench: torch or transformers is not installed, so {n} runs without its "
                     "HF hooks peer (simlab timings only): pip install -e '.[bench]'"
                 )
+            peer = torch_device is not None and _has_hf()
             report["workloads"].append(
-                run_hooks(n, quick, isolate, log, _has_hf(), rounds or (1 if quick else 3))
+                run_hooks(n, quick, isolate, log, peer, rounds or (1 if quick else 3), repeats)
             )
         elif n in PEERS:
             report["workloads"].append(
