@@ -1,7 +1,8 @@
-"""The benchmark's workloads: P1-P5 (the engine against the PyTorch loop) and W1-W4 (against
-the JAX per-point loop), their targets, and their configs at full and --quick sizes. The quick
-sizes are override tables applied by the experiments' own function
-(simlab.engine.config.apply_quick's semantics: tables update, nothing else changes).
+"""The benchmark's workloads: P1-P5 (the engine against the PyTorch loop), W1-W4 (against
+the JAX per-point loop) and M1 (simlab against the HF hooks peer on a trained layer), their
+targets, and their configs at full and --quick sizes. The quick sizes are override tables
+applied by the experiments' own function (simlab.engine.config.apply_quick's semantics: tables
+update, nothing else changes).
 """
 
 from __future__ import annotations
