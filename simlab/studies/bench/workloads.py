@@ -1,7 +1,8 @@
-"""The benchmark's workloads: P1-P5 (the engine against the PyTorch loop) and W1-W4 (against
-the JAX per-point loop), their targets, and their configs at full and --quick sizes. The quick
-sizes are override tables applied by the experiments' own function
-(simlab.engine.config.apply_quick's semantics: tables update, nothing else changes).
+"""The benchmark's workloads: P1-P5 (the engine against the PyTorch loop), W1-W4 (against
+the JAX per-point loop) and M1 (simlab against the HF hooks peer on a trained layer), their
+targets, and their configs at full and --quick sizes. The quick sizes are override tables
+applied by the experiments' own function (simlab.engine.config.apply_quick's semantics: tables
+update, nothing else changes).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# Targets (ratios measured in the same run). P*: PyTorch wall / engine wall; W3: the share of
+# Targets (ratios measured in the same run). P*: PyTorch wall / engine wall; M1: the HF hooks
+# peer's steady state / simlab's (the layer-only peer); W3: the share of
 # the matmul peak the paper-size BERT block executes in steady state; W4: peak memory of the
 # 1e5-point grid over the 1e3-point grid; "cached compile": seconds a warm-cache sweep compiles.
 TARGETS = {
@@ -22,6 +24,7 @@ TARGETS = {
     "W2": {"speedup": 5.0},
     "W3": {"speedup": 1.3, "peak_fraction": 0.60},
     "W4": {"memory_ratio": 1.3},
+    "M1": {"ratio": 3.0},
 }
 
 CACHED_COMPILE_S = 0.3
@@ -239,3 +242,48 @@ def workload_configs(name: str, quick: bool = False) -> dict[str, dict]:
             "axes": [_log_axis("q_scale", 0.1, 10.0, nq), _log_axis("temperature", 0.1, 10.0, nt)],
         }
     return out
+
+
+# ----------------------------------------------------------------------------- M1: trained layer
+# The counterfactual sharpness sweep on one trained layer (experiments/minilm_sharpness.py's
+# protocol), simlab (simlab.studies.bench.counterfactual) against the HF hooks peer
+# (simlab.studies.bench.hf_hooks). source: a model of simlab.checkpoints.models.MODELS or a
+# checkpoint folder (relative: to the checkout); layer None: the last; lambdas: 0.01 .. 100,
+# log-spaced, plus the uniform clamp; windows: window sets of batch x length token ids.
+HOOKS: dict[str, dict[str, Any]] = {
+    "M1": {
+        "title": "counterfactual sweep on a trained layer",
+        "source": "all-minilm-l6-v2",
+        "layer": None,
+        "batch": 8,
+        "length": 128,
+        "windows": 4,
+        "lambdas": 9,
+        "repeats": 2,
+    },
+}
+
+# --quick: the tiny BERT fixture of the tests (2 layers, d 16, 2 heads)
+HOOKS_QUICK = {
+    "source": "tests/fixtures/checkpoints/bert",
+    "batch": 2,
+    "length": 16,
+    "windows": 2,
+    "lambdas": 3,
+    "repeats": 1,
+}
+
+
+def hooks_config(name: str, quick: bool = False) -> dict[str, Any]:
+    """The settings of a hooks workload (HOOKS), with HOOKS_QUICK's sizes under --quick."""
+    w = {k: v for k, v in HOOKS[name].items() if k != "title"}
+    return {**w, **(HOOKS_QUICK if quick else {})}
+
+
+def hooks_title(name: str, cfg: dict[str, Any], layer: int) -> str:
+    """The table's title of a hooks workload run with settings `cfg` on `layer`."""
+    source = cfg["source"].rstrip("/").rsplit("/", 1)[-1]
+    return (
+        f"{HOOKS[name]['title']} ({source}, layer {layer}): {cfg['lambdas']} lambdas + uniform "
+        f"clamp, {cfg['windows']} window sets of {cfg['batch']} x {cfg['length']} tokens"
+    )
