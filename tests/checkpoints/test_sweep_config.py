@@ -72,20 +72,26 @@ def test_config_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
     )
 
 
-def test_a_sweep_reads_each_checkpoint_file_once(tmp_path, monkeypatch):
-    """From the [checkpoint] table to the block, a sweep opens config.json and the weights file
-    once each (the weight source reads, hashes and parses the same bytes)."""
-    ck = shutil.copytree(FIXTURES / "bert", tmp_path / "ck").resolve()
+def count_reads(folder: pathlib.Path, monkeypatch) -> collections.Counter:
+    """From now on, the times each file of `folder` is opened (io.open and open), by name."""
     reads = collections.Counter()
     real = io.open
 
     def counting(file, *args, **kwargs):
-        if isinstance(file, (str, pathlib.Path)) and pathlib.Path(file).resolve().parent == ck:
+        if isinstance(file, (str, pathlib.Path)) and pathlib.Path(file).resolve().parent == folder:
             reads[pathlib.Path(file).name] += 1
         return real(file, *args, **kwargs)
 
     monkeypatch.setattr(io, "open", counting)
     monkeypatch.setattr(builtins, "open", counting)
+    return reads
+
+
+def test_a_sweep_reads_each_checkpoint_file_once(tmp_path, monkeypatch):
+    """From the [checkpoint] table to the block, a sweep opens config.json and the weights file
+    once each (the weight source reads, hashes and parses the same bytes)."""
+    ck = shutil.copytree(FIXTURES / "bert", tmp_path / "ck").resolve()
+    reads = count_reads(ck, monkeypatch)
     res = simlab.run_sweep(config(ck), out=tmp_path / "run", quiet=True)
     assert res.meta["config"]["checkpoint"]["files"].keys() == {"config.json", "model.safetensors"}
     assert reads == {"config.json": 1, "model.safetensors": 1}
@@ -100,16 +106,7 @@ def test_growing_and_merging_read_each_checkpoint_file_once(tmp_path, monkeypatc
     ck = shutil.copytree(FIXTURES / "bert", tmp_path / "ck").resolve()
     simlab.run_sweep(config(ck), out=tmp_path / "run", quiet=True)
     simlab.run_sweep(config(ck), out=tmp_path / "half", quiet=True, worker=(0, 2))
-    reads = collections.Counter()
-    real = io.open
-
-    def counting(file, *args, **kwargs):
-        if isinstance(file, (str, pathlib.Path)) and pathlib.Path(file).resolve().parent == ck:
-            reads[pathlib.Path(file).name] += 1
-        return real(file, *args, **kwargs)
-
-    monkeypatch.setattr(io, "open", counting)
-    monkeypatch.setattr(builtins, "open", counting)
+    reads = count_reads(ck, monkeypatch)
     chunks = []
     grown = simlab.run_sweep(
         config(ck, sweep={"seeds": 3}), out=tmp_path / "run", quiet=True, on_chunk=chunks.append

@@ -78,3 +78,37 @@ def test_closed_forms_hold_per_seed_and_zipf_differs():
         norm, cos = s.closed_forms(res)
         assert norm < 1e-5 and cos < 1e-5
     assert not np.allclose(data["uniform"]["input_cos"], data["zipf"]["input_cos"])
+
+
+def test_gallery_states_the_referees_answer_by_geometry():
+    got = _script().referee(DATA)
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(text, "referee-geometry") == got
+
+
+def test_referee_geometry_is_paired_with_the_referees_sweeps():
+    """referee_geometry's wirings and branch sizes are referee_blocks' and referee_branch_size's
+    sweeps at lambda 1 and 1000 (same block, tokens and seed stream 4001), and the stack is
+    referee_depth's (stream 4101): the cosines they share agree seed by seed to float32
+    rounding, so the geometry is measured on the very samples whose cosines the referee
+    section prints."""
+    blocks = {v: simlab.load(DATA / "referee_blocks" / v) for v in ("pre_ln", "causal", "gpt")}
+    size = simlab.load(DATA / "referee_branch_size")
+    depth = simlab.load(DATA / "referee_depth")
+    lam = lambda res: [int(np.argmin(abs(res.axes["lambda"] - x))) for x in (1.0, 1000.0)]  # noqa: E731
+    for v, ref in blocks.items():
+        geo = simlab.load(DATA / "referee_geometry" / v)
+        np.testing.assert_allclose(
+            geo["out_cos_gain"], ref["out_cos_gain"][:, lam(ref)], atol=2e-6, err_msg=v
+        )
+    for k, g in enumerate(size.axes["attn_gain"][1:], start=1):
+        geo = simlab.load(DATA / "referee_geometry" / f"gain{g:g}")
+        np.testing.assert_allclose(
+            geo["out_cos_gain"], size["out_cos_gain"][:, lam(size), k], atol=2e-6, err_msg=g
+        )
+    geo = simlab.load(DATA / "referee_geometry_depth")
+    np.testing.assert_allclose(geo["out_cos"], depth["out_cos"][:, lam(depth)], atol=2e-6)
+    # the post-LN closed form the answer prints, per seed and layer: |ybar|^2 + variance = d
+    d = geo.meta["config"]["block"]["d_model"]
+    total = (geo["out_mean_sq_norm"] + geo["out_variance"]) / d
+    assert np.max(np.abs(total - 1.0)) < 1e-4
