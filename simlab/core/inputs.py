@@ -18,6 +18,8 @@ numbers, docs/design.md).
                marginals; the worked example of docs/extending.md).
   tokens:      (registered by simlab.checkpoints, a trained kind) a checkpoint's own
                embeddings of token ids, through its layers below the first one studied.
+  text:        (the same) windows of real text (inputs.corpus) through the checkpoint's own
+               tokenizer and special tokens, then as "tokens".
 Then every token gets the drift b = drift_norm * u_b, u_b a random unit vector per seed
 (Godey et al. 2024, section on untrained blocks: "a common bias term b of norm N").
 
@@ -139,6 +141,9 @@ class InputKind:
     knobs: tuple[str, ...] = ()  # knobs read besides drift_norm
     doc: str = ""
     trained: bool = False  # the inputs of trained layers: components(..., weights=) gets them
+    # (spec, weights) -> None: a trained kind's refusals of what its weights cannot run, called
+    # by Weights.check before any compute (None: nothing to check)
+    check: Callable | None = None
 
 
 def _check_kind(k: InputKind) -> None:
@@ -159,6 +164,7 @@ def _check_kind(k: InputKind) -> None:
                 f"must be a tuple of registered knob names (unknown: {unknown})",
             ),
             "trained": (isinstance(k.trained, bool), "must be true or false"),
+            "check": (k.check is None or callable(k.check), "must be None or callable"),
         },
     )
 
