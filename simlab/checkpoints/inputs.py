@@ -40,13 +40,21 @@ def _tokens_noise(spec, d: int) -> dict:
 
 def _tokens(spec, d: int, z: dict, t_key, weights) -> dict:
     if weights.ids is not None:
-        # fixed ids and fixed weights: the lower layers are evaluated here, once, and reach
-        # the compiled program as data; traced, XLA would constant-fold them at compile time
-        # (a minute per layer at BERT's size)
+        # fixed ids and fixed weights: the lower layers are evaluated here, once (traced, XLA
+        # would constant-fold them at compile time: a minute per layer at BERT's size), and
+        # reach the compiled program as data from a host callback, not as a constant that
+        # grows with the ids (tests/checkpoints/test_text.py)
         with jax.ensure_compile_time_eval():
-            return {"x": weights.hidden(jnp.asarray(weights.ids), z["u_b"].dtype)}
+            x = np.asarray(weights.hidden(jnp.asarray(weights.ids), z["u_b"].dtype))
+        return {"x": _from_host(x)}
     ids = token_ids(spec, noise={"ids": z["ids"]})
     return {"x": weights.hidden(jnp.asarray(ids), z["u_b"].dtype)}
+
+
+def _from_host(a: np.ndarray) -> jax.Array:
+    """`a` inside a traced program as the result of a host callback: data, not a constant."""
+    out = jax.ShapeDtypeStruct(a.shape, a.dtype)
+    return jax.pure_callback(lambda: a, out, vmap_method="sequential")
 
 
 def _tokens_check(spec, weights) -> None:

@@ -173,3 +173,20 @@ def test_a_checkpoint_without_tokenizer_or_with_fixed_ids_is_refused(ck, tmp_pat
         Lab(ck.block(1), s, ["out_cos"], weights=load(bare).at([1]))
     with pytest.raises(ConfigError, match="checkpoint.ids: fixed ids and inputs.kind 'text'"):
         Lab(ck.block(1), s, ["out_cos"], weights=ck.at([1], np.zeros((6, 10), np.int64)))
+
+
+def test_fixed_ids_are_data_not_constants_of_the_program(ck):
+    """The kind "tokens" on fixed ids (checkpoint.ids): their lower layers are computed once and
+    enter the program as data, so it does not grow with the ids (32 times as many here), and
+    the inputs are the checkpoint's own hidden states of those ids."""
+    sizes = []
+    for b in (2, 64):
+        ids = np.random.default_rng(b).integers(0, 100, (b, 12))
+        s = InputSpec(kind="tokens", batch=b, length=12, vocab=100)
+        lab = Lab(ck.block(1), s, ["out_cos"], weights=ck.at([1], ids))
+        seed_state = jax.jit(lab.seed_state)
+        sizes.append(len(seed_state.lower(jax.random.PRNGKey(0)).as_text()))
+        x = seed_state(jax.random.PRNGKey(0))["comps"]["x"]
+        np.testing.assert_array_equal(x, ck.at([1], ids).hidden(jnp.asarray(ids), jnp.float32))
+    # only the shapes' digits differ (the ids as a constant: +95,000 characters here)
+    assert abs(sizes[0] - sizes[1]) < 0.01 * sizes[0], sizes
