@@ -149,9 +149,14 @@ def text_sample(ckpt, corpus: str, batch: int, length: int, seed: int) -> np.nda
     """(batch, length) token ids of real text through the checkpoint's own tokenizer and special
     tokens: the windows the input kind "text" draws for seed key PRNGKey(seed) (corpus:
     "stdlib" or a text file or folder; refused in one line before any compute)."""
-    spec = InputSpec(kind="text", batch=batch, length=length, corpus=corpus).validate("--text")
-    weights = ckpt.at([0])
-    weights.check(ckpt.block(1), spec)
+    flags = {"inputs.corpus": "--text", "inputs.length": "--length", "inputs.batch": "--batch"}
+    try:
+        spec = InputSpec(kind="text", batch=batch, length=length, corpus=corpus).validate()
+        weights = ckpt.at([0])
+        weights.check(ckpt.block(1), spec)
+    except ConfigError as e:  # named as the command line names them
+        field, sep, rest = str(e).partition(": ")
+        raise ConfigError(f"{flags.get(field, field)}{sep}{rest}") from None
     return np.asarray(inputs.text_ids(spec, weights, jax.random.PRNGKey(seed)))
 
 

@@ -162,7 +162,8 @@ def test_command_line_errors_exit_2_naming_the_path(tmp_path, capsys):
         ([str(tmp_path / "nope"), "--ids", str(tmp_path / "ids.npy")], "nope' is not a directory"),
         ([str(root), "--ids", str(tmp_path / "none.npy")], "none.npy"),
         ([str(root), "--ids", str(tmp_path / "ids.npy")], "--ids on .*step3.*0..99"),
-        ([str(root), "--text", str(short), "--length", "9"], "inputs.corpus: .*short.txt"),
+        ([str(root), "--text", str(short), "--length", "9"], "--text: .*short.txt"),
+        ([str(root), "--text", str(short), "--length", "2"], "--length: 2 leaves no text"),
         ([str(root)], "--ids / --text: give exactly one"),
     ]
     for args, msg in cases:

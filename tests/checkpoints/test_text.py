@@ -125,6 +125,7 @@ def config(path, seeds=2) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_a_sweep_from_toml_equals_the_lab_by_hand(ck, tmp_path):
     path = write_corpus(tmp_path / "c.txt", 20)
     toml = tmp_path / "text.toml"
@@ -184,10 +185,12 @@ def test_fixed_ids_are_data_not_constants_of_the_program(ck):
         ids = np.random.default_rng(b).integers(0, 100, (b, 12))
         s = InputSpec(kind="tokens", batch=b, length=12, vocab=100)
         lab = Lab(ck.block(1), s, ["out_cos"], weights=ck.at([1], ids))
-        seed_state = jax.jit(lab.seed_state)
-        sizes.append(len(seed_state.lower(jax.random.PRNGKey(0)).as_text()))
-        x = seed_state(jax.random.PRNGKey(0))["comps"]["x"]
-        np.testing.assert_array_equal(x, ck.at([1], ids).hidden(jnp.asarray(ids), jnp.float32))
+        lowered = jax.jit(lab.seed_state).lower(jax.random.PRNGKey(0))
+        sizes.append(len(lowered.as_text()))
+        if b == 2:
+            x = lowered.compile()(jax.random.PRNGKey(0))["comps"]["x"]
+            want = ck.at([1], ids).hidden(jnp.asarray(ids), jnp.float32)
+            np.testing.assert_array_equal(x, want)
     # only the shapes' digits differ (the ids as a constant: +95,000 characters here)
     assert abs(sizes[0] - sizes[1]) < 0.01 * sizes[0], sizes
 
