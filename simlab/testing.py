@@ -120,7 +120,71 @@ def small_block(kind: str, **kw) -> BlockSpec:
 
 def small_inputs(kind: str, **kw) -> InputSpec:
     base = dict(kind=kind, batch=2, length=12, vocab=40, embed_std=1.0)
+    if kind == "text":  # a small text that ships with simlab (the standard library's is large)
+        base["corpus"] = str(SMALL_CORPUS)
     return InputSpec(**{**base, **kw})
+
+
+# the corpus of the "text" kind's conformance cases: simlab's own docs of its configs
+SMALL_CORPUS = pathlib.Path(__file__).resolve().parent / "configs" / "default.toml"
+# the words of tiny_tokenizer_json, most frequent English words and punctuation first
+TINY_WORDS = (
+    ". , the of a to and in is ( ) : = for be it that with as on this or by are an if "
+    "not from at value # - default one each per all its - [ ] number seed grid knob block "
+    "inputs sweep axes model layer token tokens text attention head heads drift scale width "
+    "name names file files run runs point points when what which how then than true false "
+    "none no only can every time also but has have more most other out over same so some "
+    "such up use used was were will would"
+).split()
+
+
+def tiny_tokenizer_json(vocab: int = 100) -> str:
+    """The text of a tokenizer.json (HuggingFace `tokenizers`' format) of a tiny BERT-style
+    tokenizer: BERT's normaliser (lower case) and pre-tokenizer, a WordLevel vocabulary of
+    [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3 and the first vocab - 4 distinct TINY_WORDS, and BERT's
+    single-sequence template [CLS] $A [SEP]. random_checkpoint carries it (the "text" kind's
+    conformance cases); tests/fixtures/make_tokenizer.py writes it beside the BERT fixture."""
+    import json
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    words = list(dict.fromkeys(TINY_WORDS))[: max(0, vocab - len(special))]
+    ids = {w: i for i, w in enumerate(special + words)}
+    flags = dict(single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
+    tok = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [{"id": ids[t], "content": t, **flags} for t in special],
+        "normalizer": {
+            "type": "BertNormalizer",
+            "clean_text": True,
+            "handle_chinese_chars": True,
+            "strip_accents": None,
+            "lowercase": True,
+        },
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": "[SEP]", "type_id": 0}},
+            ],
+            "pair": [
+                {"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": "[SEP]", "type_id": 0}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+                {"SpecialToken": {"id": "[SEP]", "type_id": 1}},
+            ],
+            "special_tokens": {
+                t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in ("[CLS]", "[SEP]")
+            },
+        },
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": ids, "unk_token": "[UNK]"},
+    }
+    return json.dumps(tok, indent=1) + "\n"
 
 
 @functools.lru_cache(maxsize=8)
@@ -162,6 +226,7 @@ def random_checkpoint(
         n_layers=n_layers,
         vocab=vocab,
         max_positions=positions,
+        tokenizer_json=tiny_tokenizer_json(vocab),
     )
 
 

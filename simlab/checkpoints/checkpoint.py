@@ -29,6 +29,8 @@ from simlab.core.knobs import knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
 from simlab.errors import ConfigError
 
+# the tokenizer of a checkpoint folder (read by the input kind "text", simlab.checkpoints.inputs)
+TOKENIZER = "tokenizer.json"
 # architecture settings of the embeddings, not of the block
 EMBEDDING_FIELDS = ("padding_idx",)
 
@@ -48,6 +50,15 @@ class Checkpoint:
     n_layers: int
     vocab: int
     max_positions: int  # 0: no limit (rotary positions)
+    tokenizer_json: str | None = None  # its tokenizer.json's text (None: read from the folder)
+
+    def tokenizer_text(self) -> str | None:
+        """The text of its tokenizer.json: the one held (tokenizer_json), else read from its
+        folder when the input kind "text" asks (None: it has none)."""
+        if self.tokenizer_json is not None:
+            return self.tokenizer_json
+        path = self.folder / TOKENIZER
+        return path.read_text() if path.is_file() else None
 
     def block_fields(self) -> dict:
         """The BlockSpec fields of one layer (kind, d_model, n_heads, activation, ...)."""
@@ -198,21 +209,29 @@ class Weights:
                 f"layers {self.layers.start}..{self.layers.stop - 1}"
             )
         ck.check_length(inputs.length)
-        if INPUTS[inputs.kind].trained:
-            if self.ids is not None:
-                if self.ids.shape != (inputs.batch, inputs.length):
-                    raise ConfigError(
-                        f"checkpoint.ids: shape {self.ids.shape} differs from (inputs.batch, "
-                        f"inputs.length) = ({inputs.batch}, {inputs.length})"
-                    )
-            elif inputs.vocab > ck.vocab:
-                default = " (also InputSpec's default, when [inputs] gives none)" * (
-                    inputs.vocab == INPUT_VOCAB_DEFAULT
-                )
-                raise ConfigError(
-                    f"inputs.vocab: {inputs.vocab}{default} exceeds the checkpoint's vocab_size "
-                    f"{ck.vocab} ({cfg}); set inputs.vocab to at most {ck.vocab}"
-                )
+        kind = INPUTS[inputs.kind]
+        if kind.check is not None:
+            kind.check(inputs, self)
+
+    def check_ids_shape(self, inputs) -> None:
+        """The fixed ids (if any) have the shape (inputs.batch, inputs.length)."""
+        if self.ids is not None and self.ids.shape != (inputs.batch, inputs.length):
+            raise ConfigError(
+                f"checkpoint.ids: shape {self.ids.shape} differs from (inputs.batch, "
+                f"inputs.length) = ({inputs.batch}, {inputs.length})"
+            )
+
+    def check_vocab(self, inputs) -> None:
+        """Drawn ids (no fixed ones) stay inside the checkpoint's vocabulary."""
+        ck = self.checkpoint
+        if self.ids is None and inputs.vocab > ck.vocab:
+            default = " (also InputSpec's default, when [inputs] gives none)" * (
+                inputs.vocab == INPUT_VOCAB_DEFAULT
+            )
+            raise ConfigError(
+                f"inputs.vocab: {inputs.vocab}{default} exceeds the checkpoint's vocab_size "
+                f"{ck.vocab} ({ck.folder / files.CONFIG}); set inputs.vocab to at most {ck.vocab}"
+            )
 
     def params(self, dtype=None) -> dict[str, jax.Array]:
         """The layers' weights stacked (L, ...) in the lab's layout."""

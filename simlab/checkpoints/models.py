@@ -10,7 +10,9 @@ written) and returns the folder `simlab.checkpoints.load` reads.
 `text_windows` draws windows of a text as the model saw text in training: the tokenizer's
 ids of the text without special tokens, a window of T - 2 consecutive ids at a uniform random
 offset, wrapped in the tokenizer's own [CLS] ... [SEP] (BERT's single-segment template, read
-from tokenizer.json's post-processor).
+from tokenizer.json's post-processor). `windows` cuts them from given starts around any
+prefix and suffix (`template`: those of the tokenizer's post-processor), as the input kind
+"text" does (simlab.checkpoints.inputs).
 """
 
 from __future__ import annotations
@@ -82,17 +84,44 @@ def find(name: str) -> Path:
 
 def tokenizer(folder: Path):
     """The model's tokenizers.Tokenizer (tokenizer.json)."""
-    try:
-        from tokenizers import Tokenizer  # deferred: an optional dependency ([models])
-    except ImportError as e:
-        raise ConfigError("tokenizers is not installed; pip install -e '.[models]'") from e
     path = Path(folder) / "tokenizer.json"
     if not path.is_file():
         raise ConfigError(f"{path}: no tokenizer.json in the model folder")
-    tok = Tokenizer.from_file(str(path))
-    tok.no_truncation()  # tokenizer.json may cap every encoding (MiniLM's: 128 tokens)
+    return tokenizer_from_str(path.read_text(), str(path))
+
+
+def tokenizer_from_str(json_text: str, where: str = "tokenizer.json"):
+    """A tokenizers.Tokenizer from the text of a tokenizer.json, with no truncation and no
+    padding (a tokenizer.json may cap every encoding: MiniLM's at 128 tokens)."""
+    try:
+        from tokenizers import Tokenizer  # deferred: an optional dependency ([models], [test])
+    except ImportError as e:
+        raise ConfigError("tokenizers is not installed; pip install -e '.[models]'") from e
+    try:
+        tok = Tokenizer.from_str(json_text)
+    except Exception as e:  # the Rust side raises a bare Exception on a malformed file
+        raise ConfigError(
+            f"{where}: not a tokenizer.json the tokenizers package reads ({e})"
+        ) from None
+    tok.no_truncation()
     tok.no_padding()
     return tok
+
+
+def template(tok) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(prefix, suffix): the special token ids the tokenizer's own post-processor puts around a
+    single sequence, as the model saw text in training: [CLS] ... [SEP] for BERT (and
+    MiniLM), <s> ... </s> for RoBERTa, nothing for a tokenizer without a post-processor
+    (GPT-2's and GPT-NeoX's: running text). Read by encoding one word with and without them."""
+    for word in ("a", "the", "x", "0", "."):
+        bare = tok.encode(word, add_special_tokens=False).ids
+        full = tok.encode(word, add_special_tokens=True).ids
+        n = len(bare)
+        hits = [i for i in range(len(full) - n + 1) if full[i : i + n] == bare] if n else []
+        if hits:
+            i = hits[0]
+            return tuple(full[:i]), tuple(full[i + n :])
+    raise ConfigError("tokenizer: its post-processor's template could not be read")
 
 
 def special_ids(tok) -> tuple[int, int]:
@@ -115,5 +144,15 @@ def text_windows(ids: np.ndarray, cls: int, sep: int, n: int, length: int, rng) 
     if body < 1 or len(ids) < body:
         raise ConfigError(f"length: {length} needs 3..{len(ids) + 2} tokens of this text")
     start = rng.integers(0, len(ids) - body + 1, n)
-    win = np.stack([ids[s : s + body] for s in start])
-    return np.concatenate([np.full((n, 1), cls), win, np.full((n, 1), sep)], axis=1)
+    return windows(ids, (cls,), (sep,), start, length)
+
+
+def windows(ids: np.ndarray, prefix, suffix, start: np.ndarray, length: int) -> np.ndarray:
+    """(len(start), length) ids: prefix, the length - len(prefix) - len(suffix) consecutive
+    ids of the text from each start, suffix."""
+    body = length - len(prefix) - len(suffix)
+    win = np.asarray(ids)[np.asarray(start)[:, None] + np.arange(body)]
+    n = len(win)
+    pre = np.broadcast_to(np.asarray(prefix, win.dtype), (n, len(prefix)))
+    suf = np.broadcast_to(np.asarray(suffix, win.dtype), (n, len(suffix)))
+    return np.concatenate([pre, win, suf], axis=1)

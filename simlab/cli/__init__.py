@@ -35,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "follow sharpness and anisotropy during training",
     ),
     "bench": ("simlab.cli.bench", "time the sweep engine against its peers"),
+    "series": (
+        "simlab.cli.series",
+        "the trained-model quantities of a folder of checkpoints (one per training step)",
+    ),
 }
 
 

@@ -18,6 +18,8 @@ numbers, docs/design.md).
                marginals; the worked example of docs/extending.md).
   tokens:      (registered by simlab.checkpoints, a trained kind) a checkpoint's own
                embeddings of token ids, through its layers below the first one studied.
+  text:        (the same) windows of real text (inputs.corpus) through the checkpoint's own
+               tokenizer and special tokens, then as "tokens".
 Then every token gets the drift b = drift_norm * u_b, u_b a random unit vector per seed
 (Godey et al. 2024, section on untrained blocks: "a common bias term b of norm N").
 
@@ -139,9 +141,13 @@ class InputKind:
     knobs: tuple[str, ...] = ()  # knobs read besides drift_norm
     doc: str = ""
     trained: bool = False  # the inputs of trained layers: components(..., weights=) gets them
-    # the token ids (B, T) of a kind whose tokens have types, from (spec, noise, weights); the
-    # metrics that split by token type read them (simlab.core.metrics, "ids"); None: no types
+    # the token ids (B, T) of a kind whose tokens have types, from (spec, noise, t_key, weights)
+    # as its components get them; the metrics that split by token type read them
+    # (simlab.core.metrics, "ids"); None: no types
     ids: Callable[..., jax.Array] | None = None
+    # (spec, weights) -> None: a trained kind's refusals of what its weights cannot run, called
+    # by Weights.check before any compute (None: nothing to check)
+    check: Callable | None = None
 
 
 def _check_kind(k: InputKind) -> None:
@@ -162,7 +168,8 @@ def _check_kind(k: InputKind) -> None:
                 f"must be a tuple of registered knob names (unknown: {unknown})",
             ),
             "trained": (isinstance(k.trained, bool), "must be true or false"),
-            "ids": (k.ids is None or callable(k.ids), "must be None or (spec, noise, weights)"),
+            "ids": (k.ids is None or callable(k.ids), "must be None or a function of the noise"),
+            "check": (k.check is None or callable(k.check), "must be None or callable"),
         },
     )
 
@@ -182,7 +189,7 @@ for _kind in (
         embedding_noise,
         _embedding,
         doc="rows of a table E ~ N(0, embed_std^2) at uniform or Zipf token ids",
-        ids=lambda spec, z, weights=None: token_ids(spec, noise=z),
+        ids=lambda spec, z, t_key, weights=None: token_ids(spec, noise=z),
     ),
     InputKind(
         "gaussian",
@@ -258,11 +265,13 @@ def components(
     return {"u_b": z["u_b"] / jnp.linalg.norm(z["u_b"]), **own}
 
 
-def ids_of(spec: InputSpec, noise: Mapping[str, jax.Array], weights=None) -> jax.Array | None:
-    """The token ids (B, T) of the spec's inputs, from the same noise as its components
+def ids_of(
+    spec: InputSpec, noise: Mapping[str, jax.Array], t_key=None, weights=None
+) -> jax.Array | None:
+    """The token ids (B, T) of the spec's inputs, from the same noise and key as its components
     (`InputKind.ids`), or None for a kind whose tokens have no types."""
     kind = INPUTS[spec.kind]
-    return None if kind.ids is None else kind.ids(spec, noise, weights)
+    return None if kind.ids is None else kind.ids(spec, noise, t_key, weights)
 
 
 def coefficients(kind: str, knobs: Mapping[str, jax.Array]) -> dict[str, jax.Array]:

@@ -246,7 +246,9 @@ class Lab:
             **{k: v / jnp.linalg.norm(v, axis=-1, keepdims=True) for k, v in dirs.items()},
         }
         if self.keep_ids:  # the token ids, for the metrics that split by type
-            state["ids"] = inputs.ids_of(self.inputs, part("x."), self.weights)
+            state["ids"] = inputs.ids_of(
+                self.inputs, part("x."), jax.random.fold_in(key, 1), self.weights
+            )
         if self.weights is not None:
             # trained weights (and inputs from fixed ids) are constants of this program: the
             # barrier keeps XLA from constant-folding the hoisted projections and scores below

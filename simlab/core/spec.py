@@ -142,6 +142,7 @@ class InputSpec:
     alpha: float = 1.0
     nu: float = 3.0
     normalize: bool = False  # tokens scaled to unit norm after the drift: x_i / |x_i|
+    corpus: str = "stdlib"  # kind "text": "stdlib" or a text file or folder (checkpoints.corpus)
 
     def validate(self, where: str = "inputs") -> InputSpec:
         check_choice(f"{where}.kind", self.kind, tuple(INPUTS))
@@ -156,6 +157,8 @@ class InputSpec:
         check_positive(f"{where}.nu", self.nu, lo=2.0)
         if not isinstance(self.normalize, bool):
             raise ConfigError(f"{where}.normalize: must be true or false, got {self.normalize!r}")
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise ConfigError(f"{where}.corpus: must be 'stdlib' or a path, got {self.corpus!r}")
         return self
 
 

@@ -39,7 +39,9 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 # fields of a config that name files: a relative one is relative to the config file's folder
-PATH_FIELDS = {"checkpoint": ("path", "ids")}
+PATH_FIELDS = {"checkpoint": ("path", "ids"), "inputs": ("corpus",)}
+# values of a PATH_FIELDS field that name no path (inputs.corpus = "stdlib")
+NOT_PATHS = {("inputs", "corpus"): ("stdlib",)}
 
 
 def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
@@ -54,6 +56,8 @@ def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
             continue
         for f in fields:
             v = t.get(f)
+            if v in NOT_PATHS.get((table, f), ()):
+                continue
             if isinstance(v, str) and v and not v.startswith("~") and not Path(v).is_absolute():
                 t[f] = os.path.normpath(base / v)
     return raw

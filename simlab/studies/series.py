@@ -15,7 +15,9 @@ and per layer (the same value on each head's row):
 `quantities` works on any stack of simlab blocks (a checkpoint's layers or the lab's own trained
 decoder, simlab.studies.train_dynamics); `series` runs it over a folder of checkpoints (one
 subfolder per training step) into one table, `write_table` saves it as CSV or JSON and
-`figure` draws each quantity against the step, one line per layer (head mean).
+`figure` draws each quantity against the step, one line per layer (head mean). `text_sample`
+cuts the fixed sample from real text as the input kind "text" does (simlab.checkpoints.inputs);
+`simlab series FOLDER` (simlab.cli.series) runs `command` from the command line.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simlab.checkpoints import inputs
 from simlab.checkpoints.checkpoint import load_series, step_of
 from simlab.core import attention, block, metrics
 from simlab.core.knobs import knob_arrays
+from simlab.core.spec import InputSpec
 from simlab.errors import ConfigError
 
 HEAD_QUANTITIES = ("q_mean_norm", "k_mean_norm", "qk_mean_cos", "entropy")
@@ -137,6 +141,63 @@ def from_train_dynamics(res, name: str = "train-dynamics") -> list[dict]:
 
 
 COLUMNS = ("checkpoint", "step", "layer", "head") + QUANTITIES
+TABLE_SUFFIXES = (".csv", ".json")
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def text_sample(ckpt, corpus: str, batch: int, length: int, seed: int) -> np.ndarray:
+    """(batch, length) token ids of real text through the checkpoint's own tokenizer and special
+    tokens: the windows the input kind "text" draws for seed key PRNGKey(seed) (corpus:
+    "stdlib" or a text file or folder; refused in one line before any compute)."""
+    flags = {"inputs.corpus": "--text", "inputs.length": "--length", "inputs.batch": "--batch"}
+    try:
+        spec = InputSpec(kind="text", batch=batch, length=length, corpus=corpus).validate()
+        weights = ckpt.at([0])
+        weights.check(ckpt.block(1), spec)
+    except ConfigError as e:  # named as the command line names them
+        field, sep, rest = str(e).partition(": ")
+        raise ConfigError(f"{flags.get(field, field)}{sep}{rest}") from None
+    return np.asarray(inputs.text_ids(spec, weights, jax.random.PRNGKey(seed)))
+
+
+def command(
+    folder,
+    out,
+    ids=None,
+    text: str | None = None,
+    batch: int = 8,
+    length: int = 128,
+    seed: int = 0,
+    figure_path=None,
+) -> list[dict]:
+    """`simlab series`: the table of `folder`'s checkpoints on fixed token ids (`ids`, a .npy
+    file of (batch, length) ids) or on windows of real text (`text`, text_sample with the
+    first checkpoint's tokenizer), written to `out` (.csv or .json) and, if given, drawn to
+    `figure_path`. Every argument is checked before anything is computed or written."""
+    out = pathlib.Path(out)
+    if out.suffix not in TABLE_SUFFIXES:
+        raise ConfigError(f"--out: {str(out)!r} must end in .csv or .json")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out: {str(out.parent)!r} is not a directory")
+    if figure_path is not None and pathlib.Path(figure_path).suffix not in FIGURE_SUFFIXES:
+        raise ConfigError(f"--figure: {str(figure_path)!r} must end in .png, .pdf or .svg")
+    if (ids is None) == (text is None):
+        raise ConfigError("--ids / --text: give exactly one (fixed ids or windows of text)")
+    if ids is not None:
+        try:
+            sample = np.load(ids)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--ids: cannot read {str(ids)!r} ({e})") from None
+    pairs = load_series(folder, "folder")
+    if text is not None:
+        sample = text_sample(pairs[0][1], text, batch, length, seed)
+    for _, ck in pairs:  # every checkpoint reads the sample: checked before any compute
+        ck.check_ids(sample, f"{'--ids' if text is None else '--text'} on {ck.folder}")
+    table = series(pairs, sample)
+    write_table(table, out)
+    if figure_path is not None:
+        figure(table, figure_path, label=str(folder))
+    return table
 
 
 def write_table(table: Iterable[Mapping], path) -> pathlib.Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import pathlib
+import re
 import shutil
 
 import jax
@@ -109,3 +110,68 @@ def test_the_labs_own_training_run_gives_the_same_table(tmp_path):
     ck = series.series([("step5", load(FIXTURES / "gpt_neox"))], ids)
     fig = series.figure({"pythia-like": ck, "lab": table}, tmp_path / "both.png")
     assert len(fig.axes) == 2 * len(series.QUANTITIES)
+
+
+def series_folder(tmp_path, arch="bert", steps=(20, 3)):
+    root = tmp_path / "run"
+    for step in steps:
+        shutil.copytree(FIXTURES / arch, root / f"step{step}")
+    return root
+
+
+def test_the_command_line_table_is_the_python_apis(tmp_path):
+    """`simlab series FOLDER --ids --out` writes series.series's table (CSV and JSON, every
+    float as stored), and --figure draws it; on text, the ids are the text kind's windows."""
+    from simlab import cli
+
+    root = series_folder(tmp_path)
+    ids = np.load(FIXTURES / "bert" / "oracle.npz")["ids"]
+    np.save(tmp_path / "ids.npy", ids)
+    want = series.series(root, ids)
+    args = ["series", str(root), "--ids", str(tmp_path / "ids.npy")]
+    assert (
+        cli.main([*args, "--out", str(tmp_path / "t.csv"), "--figure", str(tmp_path / "f.png")])
+        == 0
+    )
+    with open(tmp_path / "t.csv") as f:
+        got = list(csv.DictReader(f))
+    assert [r["checkpoint"] for r in got[::4]] == ["step3", "step20"]
+    for g, w in zip(got, want, strict=True):
+        assert {k: type(w[k])(g[k]) for k in series.COLUMNS} == w
+    assert (tmp_path / "f.png").stat().st_size > 1000
+    assert cli.main([*args, "--out", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text()) == want
+    # windows of text: the table of the text kind's windows of the same seed
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the value of a knob is the scale of the queries and the keys . " * 10)
+    text = ["--text", str(corpus), "--batch", "3", "--length", "9", "--seed", "5"]
+    assert cli.main(["series", str(root), *text, "--out", str(tmp_path / "x.json")]) == 0
+    sample = series.text_sample(load(root / "step3"), str(corpus), 3, 9, 5)
+    assert np.all(sample[:, 0] == 2) and np.all(sample[:, -1] == 3)  # [CLS] ... [SEP]
+    assert json.loads((tmp_path / "x.json").read_text()) == series.series(root, sample)
+
+
+def test_command_line_errors_exit_2_naming_the_path(tmp_path, capsys):
+    from simlab import cli
+
+    root = series_folder(tmp_path)
+    np.save(tmp_path / "ids.npy", np.full((2, 5), 500))
+    short = tmp_path / "short.txt"
+    short.write_text("the value")
+    cases = [
+        ([str(tmp_path / "nope"), "--ids", str(tmp_path / "ids.npy")], "nope' is not a directory"),
+        ([str(root), "--ids", str(tmp_path / "none.npy")], "none.npy"),
+        ([str(root), "--ids", str(tmp_path / "ids.npy")], "--ids on .*step3.*0..99"),
+        ([str(root), "--text", str(short), "--length", "9"], "--text: .*short.txt"),
+        ([str(root), "--text", str(short), "--length", "2"], "--length: 2 leaves no text"),
+        ([str(root)], "--ids / --text: give exactly one"),
+    ]
+    for args, msg in cases:
+        out = tmp_path / "t.csv"
+        assert cli.main(["series", *args, "--out", str(out)]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("simlab: error: ") and "\n" not in err
+        assert re.search(msg, err), (msg, err)
+        assert not out.exists()
+    assert cli.main(["series", str(root), "--ids", "x.npy", "--out", str(tmp_path / "t.txt")]) == 2
+    assert "must end in .csv or .json" in capsys.readouterr().err

@@ -27,65 +27,23 @@ its cross-entropy is what the current byte alone tells (up to the estimation err
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import sys
-import sysconfig
-from pathlib import Path
 
 import numpy as np
 
+from simlab.checkpoints.corpus import (  # noqa: F401  (the standard library's text, read there)
+    EXCLUDED,
+    docstrings,
+    documents,
+    license_path,
+    stdlib_dir,
+)
 from simlab.errors import ConfigError
 
-EXCLUDED = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test"})
 SEPARATOR = b"\n\n"
 SMOOTHING = 0.5
-
-
-def stdlib_dir() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def license_path() -> Path | None:
-    for base in (stdlib_dir(), Path(sys.base_prefix)):
-        p = base / "LICENSE.txt"
-        if p.is_file():
-            return p
-    return None
-
-
-def docstrings(source: bytes) -> str | None:
-    """The docstrings of a module, its classes and functions in source order, or None."""
-    tree = ast.parse(source)
-    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-    nodes = [n for n in ast.walk(tree) if isinstance(n, kinds)]
-    nodes.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", -1)))
-    docs = [d for n in nodes if (d := ast.get_docstring(n, clean=True))]
-    return "\n\n".join(docs) if docs else None
-
-
-@functools.lru_cache(maxsize=1)
-def documents() -> tuple[tuple[tuple[str, bytes], ...], int]:
-    """((name, bytes) per document in reading order, number of files that did not parse)."""
-    root, out, skipped = stdlib_dir(), [], 0
-    files = sorted(
-        (f.relative_to(root).as_posix(), f)
-        for f in root.rglob("*.py")
-        if not EXCLUDED & set(f.relative_to(root).parts)
-    )
-    for name, f in files:
-        try:
-            doc = docstrings(f.read_bytes())
-        except (SyntaxError, ValueError, UnicodeDecodeError):
-            skipped += 1
-            continue
-        if doc:
-            out.append((name, doc.encode("utf-8", "surrogateescape")))
-    lic = license_path()
-    if lic is not None:
-        out.append(("LICENSE.txt", lic.read_bytes()))
-    return tuple(out), skipped
 
 
 def is_heldout(name: str, fraction: float) -> bool:

@@ -1,0 +1,157 @@
+"""Text corpora for trained models, read once per process: the standard library's docstrings
+and license (`STDLIB`, the text simlab.studies.train_dynamics.text also builds its byte corpus
+from; the one copy of that reading), or a text file or folder the user names. `text(corpus,
+where)` returns the corpus as one string; `token_ids(tok, corpus, where)` its token ids through
+a tokenizer (simlab.checkpoints.models.encode), cached per (tokenizer, corpus).
+
+The standard library's text (docs/training.md, "Corpora"), deterministic for a given Python
+installation:
+  * every *.py file below sysconfig.get_paths()["stdlib"], in sorted order of its relative
+    POSIX path, leaving out any path with a part in EXCLUDED (tests, third-party packages);
+    a file that does not parse (ast) is skipped and counted;
+  * from each file, the docstrings of the module, its classes and its functions
+    (ast.get_docstring(node, clean=True)), in source order (line, column), joined by a blank
+    line: one document per file, named by its relative path;
+  * the interpreter's LICENSE.txt (stdlib directory, else sys.base_prefix), one document.
+As text, the documents (UTF-8, undecodable bytes replaced) joined by a blank line.
+A file: its text (UTF-8, undecodable bytes replaced). A folder: every file below it with no
+part of its relative path starting with a dot, in sorted order of that path, that decodes as
+UTF-8 (binary files are left out), joined by a blank line. A corpus that is empty or missing
+is refused naming the field and the path.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+
+from simlab.checkpoints import models
+from simlab.errors import ConfigError
+
+STDLIB = "stdlib"  # inputs.corpus: the standard library's docstrings and license
+EXCLUDED = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test"})
+JOIN = "\n\n"  # between documents
+
+
+def stdlib_dir() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def license_path() -> Path | None:
+    for base in (stdlib_dir(), Path(sys.base_prefix)):
+        p = base / "LICENSE.txt"
+        if p.is_file():
+            return p
+    return None
+
+
+def docstrings(source: bytes) -> str | None:
+    """The docstrings of a module, its classes and functions in source order, or None."""
+    tree = ast.parse(source)
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    nodes = [n for n in ast.walk(tree) if isinstance(n, kinds)]
+    nodes.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", -1)))
+    docs = [d for n in nodes if (d := ast.get_docstring(n, clean=True))]
+    return "\n\n".join(docs) if docs else None
+
+
+@functools.lru_cache(maxsize=1)
+def documents() -> tuple[tuple[tuple[str, bytes], ...], int]:
+    """((name, bytes) per document in reading order, number of files that did not parse)."""
+    root, out, skipped = stdlib_dir(), [], 0
+    files = sorted(
+        (f.relative_to(root).as_posix(), f)
+        for f in root.rglob("*.py")
+        if not EXCLUDED & set(f.relative_to(root).parts)
+    )
+    for name, f in files:
+        try:
+            doc = docstrings(f.read_bytes())
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            skipped += 1
+            continue
+        if doc:
+            out.append((name, doc.encode("utf-8", "surrogateescape")))
+    lic = license_path()
+    if lic is not None:
+        out.append(("LICENSE.txt", lic.read_bytes()))
+    return tuple(out), skipped
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+def _utf8(b: bytes) -> str | None:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def files_of(path: Path) -> list[Path]:
+    """The files a corpus path names: itself, or every file below a folder whose relative
+    path has no part starting with a dot, sorted by relative POSIX path."""
+    if path.is_file():
+        return [path]
+    return sorted(
+        (
+            f
+            for f in path.rglob("*")
+            if f.is_file() and not any(p.startswith(".") for p in f.relative_to(path).parts)
+        ),
+        key=lambda f: f.relative_to(path).as_posix(),
+    )
+
+
+def text(corpus: str, where: str = "inputs.corpus") -> str:
+    """The corpus as one string (the module docstring): STDLIB or a file or folder path."""
+    if corpus == STDLIB:
+        docs, _ = documents()
+        return JOIN.join(_decode(d) for _, d in docs)
+    path = Path(corpus).expanduser()
+    if not path.exists():
+        raise ConfigError(f"{where}: {corpus!r} is neither {STDLIB!r} nor a file or folder")
+    if path.is_file():
+        out = _decode(path.read_bytes())
+    else:  # a folder: its files that are UTF-8 text (binary files left out)
+        out = JOIN.join(t for f in files_of(path) if (t := _utf8(f.read_bytes())) is not None)
+    if not out.strip():
+        raise ConfigError(f"{where}: {str(path)!r} holds no text")
+    return out
+
+
+def identity(corpus: str) -> str:
+    """What names a corpus's content in a cache key: STDLIB's Python version, or the sha256 of
+    a path's files (names and bytes)."""
+    if corpus == STDLIB:
+        return f"{STDLIB} {sys.version} {stdlib_dir()}"
+    path = Path(corpus).expanduser()
+    h = hashlib.sha256()
+    for f in files_of(path) if path.exists() else []:
+        h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def token_ids(tokenizer_json: str, corpus: str, where: str = "inputs.corpus") -> np.ndarray:
+    """The corpus's token ids (int32, read-only) through the tokenizer of `tokenizer_json`
+    (the text of a tokenizer.json), without special tokens (models.encode): computed once per
+    process for a (tokenizer, corpus content) pair."""
+    if corpus != STDLIB and not Path(corpus).expanduser().exists():
+        text(corpus, where)  # refused, naming the field
+    return _token_ids(tokenizer_json, corpus, identity(corpus), where)
+
+
+@functools.lru_cache(maxsize=8)
+def _token_ids(tokenizer_json: str, corpus: str, ident: str, where: str) -> np.ndarray:
+    ids = models.encode(models.tokenizer_from_str(tokenizer_json), text(corpus, where))
+    ids = ids.astype(np.int32)
+    ids.setflags(write=False)
+    return ids
