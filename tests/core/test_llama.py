@@ -14,6 +14,7 @@ import pytest
 import simlab
 from simlab.cli import main
 from simlab.core import block
+from simlab.core.init import init_params, param_shapes
 from simlab.core.knobs import knob_arrays
 from simlab.core.lab import Lab
 from simlab.core.spec import BlockSpec, InputSpec
@@ -98,12 +99,12 @@ KNOBS = dict(
 
 @pytest.mark.parametrize("init", ["bert", "fan_in"])
 def test_block_matches_numpy_float64_at_the_labs_init(init):
-    """Every layer's output of a depth-2 stack at the weights Lab.seed_state draws ("bert":
-    Llama's N(0, 0.02^2); "fan_in": N(0, 1/fan_in), so attention and MLP are far from linear)."""
+    """Every layer's output of a depth-2 stack at the weights the lab draws (simlab.core.init;
+    "bert": Llama's N(0, 0.02^2); "fan_in": N(0, 1/fan_in), so attention and MLP are far from
+    linear)."""
     s = llama_spec(init=init)
     with jax.enable_x64(True):
-        lab = Lab(s, InputSpec(kind="gaussian", batch=B, length=T).validate())
-        params = lab.seed_state(jax.random.PRNGKey(3))["params"]
+        params = init_params(s, jax.random.PRNGKey(3))
         x = np.random.default_rng(0).standard_normal((B, T, s.d_model))
         z = np.zeros((s.depth, s.n_heads, s.d_head))
         _, ys = block.stack_apply(s, params, x, knob_arrays(KNOBS), z, z, observe=lambda l: l.y)
@@ -120,10 +121,7 @@ def test_llamas_init():
     N(0, 0.02^2), RMSNorm gains 1, biases 0; the keys and values of a group's query heads are
     one head's, and different groups and the query heads differ."""
     s = llama_spec(d_model=64, d_ff=100, depth=1)
-    p = Lab(s, InputSpec(kind="gaussian", batch=B, length=T).validate()).seed_state(
-        jax.random.PRNGKey(0)
-    )["params"]
-    p = {n: np.asarray(a[0], np.float64) for n, a in p.items()}
+    p = {n: np.asarray(a[0], np.float64) for n, a in init_params(s, jax.random.PRNGKey(0)).items()}
     for n in ("wq", "wo", "w1", "w2", "w3", "wk", "wv"):
         a = p[n][:, ::2] if n in ("wk", "wv") else p[n]  # the drawn key/value heads
         assert abs(a.std() / 0.02 - 1) < 0.05 and abs(a.mean()) < 0.002, (n, a.std())
@@ -143,8 +141,6 @@ def test_other_kinds_draw_as_before():
     (D, H, K) draw that follows wq in the one threefry call."""
     s = BlockSpec(kind="post_ln", d_model=16, n_heads=4, depth=1)
     assert s.gated_mlp is False and s.kv_heads == 4
-    from simlab.core.init import param_shapes
-
     assert list(param_shapes(s)) == ["wq", "wk", "wv", "wo", "w1", "w2"]
     assert list(param_shapes(llama_spec())) == ["wq", "wk", "wv", "wo", "w1", "w2", "w3"]
     assert param_shapes(llama_spec())["wk"] == (2, 32, 2, 8)
