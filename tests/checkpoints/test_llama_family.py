@@ -107,3 +107,27 @@ def test_fields_and_grouped_heads():
         assert not np.array_equal(np.take(a, 1, axis), np.take(a, 2, axis))
     assert np.any(ck.params["bq"] != 0) and np.all(ck.params["bo"] == 0)
     assert np.all(load(FIXTURES / "llama").params["bq"] == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_sweep_on_the_fixture_sees_hfs_attention(arch, tmp_path):
+    """A [checkpoint] sweep on layer 1 with the oracle's token ids fixed: at drift 0 its
+    attn_max is HF's (mean over rows of max_j w_ij of HF's float64 attention weights), and the
+    resolved config records the grouped heads read from config.json."""
+    import simlab
+
+    oracle = np.load(FIXTURES / arch / "oracle.npz")
+    np.save(tmp_path / "ids.npy", oracle["ids"])
+    b, t = oracle["ids"].shape
+    cfg = {
+        "checkpoint": {"path": str(FIXTURES / arch), "layer": 1, "ids": str(tmp_path / "ids.npy")},
+        "block": {"depth": 1},
+        "inputs": {"kind": "tokens", "vocab": 100, "batch": b, "length": t},
+        "axes": [{"name": "drift_norm", "values": [0.0, 1.0]}],
+        "sweep": {"seeds": 1, "metrics": ["attn_max"]},
+    }
+    res = simlab.run_sweep(cfg, out=tmp_path / "run", quiet=True)
+    want = oracle["attn64"][1].max(-1).mean()
+    np.testing.assert_allclose(res["attn_max"][0, 0], want, rtol=1e-5)
+    assert res.meta["config"]["block"]["n_kv_heads"] == 2
