@@ -24,8 +24,8 @@ b1 (F,), w2 (F, D), b2 (D,), ln1_g, ln1_b, ln2_g, ln2_b (D,)), and how the embed
            num_key_value_heads (k_proj and v_proj repeated over their groups, HF's repeat_kv);
            rotary embeddings on every dim of a head with base rope_theta; biases only with
            attention_bias (q, k, v and o); embeddings embed_tokens[id].
-  mistral  Llama's layer (Jiang et al. 2023); a sliding_window that can matter (set, and below
-           max_position_embeddings) is refused.
+  mistral  Llama's layer without biases (Jiang et al. 2023); a sliding_window that can matter
+           (set, and below max_position_embeddings) is refused.
   qwen2    Llama's layer with biases on q, k and v and none on o (Qwen2, Yang et al. 2024);
            use_sliding_window true is refused.
 Activations follow HF's ACT2FN: "gelu" is the exact erf GELU ("gelu_exact" here), "gelu_new"
@@ -450,9 +450,10 @@ def _llama_spec(c: Config) -> dict:
         c.fail("num_key_value_heads", f"{g} does not divide num_attention_heads {h}")
     k = d // h
     c.expect("head_dim", (k, None), k)  # simlab's d_head is d_model / n_heads
-    c.expect("mlp_bias", (False,), False)
     c.expect("pretraining_tp", (1,), 1)
-    c.expect("attention_bias", (False, True), False)
+    if c.cfg.get("model_type") == "llama":  # Mistral's and Qwen2's layers never read these
+        c.expect("mlp_bias", (False,), False)
+        c.expect("attention_bias", (False, True), False)
     pct, base = _neox_rotary(c)
     if pct != 1.0:
         c.fail("partial_rotary_factor", f"{pct!r} is not supported (this layer rotates every dim)")
@@ -490,11 +491,12 @@ def _qwen2_spec(c: Config) -> dict:
 
 
 def _attention_biases(c: Config) -> str:
-    """Which of q, k, v, o carry a bias: Qwen2 q, k, v (HF's Qwen2Attention); Llama and
-    Mistral all four with attention_bias, else none."""
-    if c.cfg.get("model_type") == "qwen2":
+    """Which of q, k, v, o carry a bias: Qwen2 q, k, v (HF's Qwen2Attention); Llama all four
+    with attention_bias, else none; Mistral none (HF's MistralAttention)."""
+    t = c.cfg.get("model_type")
+    if t == "qwen2":
         return "qkv"
-    return "qkvo" if c.cfg.get("attention_bias", False) else ""
+    return "qkvo" if t == "llama" and c.cfg.get("attention_bias", False) else ""
 
 
 def _sliding_positions(c: Config) -> int:

@@ -48,7 +48,8 @@ def refused(path) -> str:
         ("qwen2", dict(layer_types=["sliding_attention"] * 2), "layer_types"),
         ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling"),
         ("llama", dict(rope_parameters={"rope_theta": 500.0, "rope_type": "yarn"}), "rope_type"),
-        ("mistral", dict(mlp_bias=True), "mlp_bias"),
+        ("llama", dict(mlp_bias=True), "mlp_bias"),
+        ("llama", dict(attention_bias="yes"), "attention_bias"),
         ("llama", dict(head_dim=16), "head_dim"),
         ("llama", dict(num_key_value_heads=3), "num_key_value_heads"),
         ("llama", dict(hidden_act="gelu_fast"), "hidden_act"),
@@ -75,11 +76,18 @@ def test_a_sliding_window_that_cannot_matter_is_accepted_and_bounds_the_length(t
         ck.check_length(33)
 
 
-def test_tied_embeddings_and_an_absent_head_change_nothing(tmp_path):
-    """tie_word_embeddings concerns the output head, which simlab never reads."""
-    oracle = np.load(FIXTURES / "llama" / "oracle.npz")
-    a = load(edited(tmp_path, "llama", tie_word_embeddings=True)).hidden_states(oracle["ids"])
-    b = load(FIXTURES / "llama").hidden_states(oracle["ids"])
+@pytest.mark.parametrize(
+    "arch, fields",
+    [
+        ("llama", dict(tie_word_embeddings=True)),  # the output head, never read
+        ("mistral", dict(attention_bias=True, mlp_bias=True)),  # HF's Mistral has no biases
+        ("qwen2", dict(attention_bias=True, mlp_bias=True)),  # Qwen2: q, k, v biases always
+    ],
+)
+def test_fields_hf_does_not_read_for_the_layer_change_nothing(tmp_path, arch, fields):
+    oracle = np.load(FIXTURES / arch / "oracle.npz")
+    a = load(edited(tmp_path, arch, **fields)).hidden_states(oracle["ids"])
+    b = load(FIXTURES / arch).hidden_states(oracle["ids"])
     np.testing.assert_array_equal(np.asarray(a[-1]), np.asarray(b[-1]))
 
 
