@@ -114,8 +114,10 @@ class Case:
 
 
 def small_block(kind: str, **kw) -> BlockSpec:
+    """A small block of `kind` with the kind's typical fields (BlockKind.typical: e.g. Llama's
+    SiLU gate, grouped-query attention and rotary embeddings), then `kw`."""
     base = dict(kind=kind, d_model=16, n_heads=4, mlp_ratio=2, depth=2, init="fan_in")
-    return BlockSpec(**{**base, **kw})
+    return BlockSpec(**{**base, **BLOCKS[kind].typical, **kw})
 
 
 def small_inputs(kind: str, **kw) -> InputSpec:
@@ -273,9 +275,11 @@ def input_cases(kinds: Iterable[str] | None = None) -> list[Case]:
 def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
     """The fewest cases in which every block kind and every input kind appears: the block kinds
     and the input kinds each cycled, variants alternating between (not causal, no QK-norm) and
-    (causal, LayerNorm QK-norm)."""
+    (causal, LayerNorm QK-norm). A block kind whose turn fell on a trained input kind (those
+    run the trained layers' own block) gets a case of its own at the end."""
     kinds, inputs = list(BLOCKS), list(INPUTS)
     n = max(len(kinds), len(inputs))
+    plain = [k for k in inputs if not INPUTS[k].trained]
     out = []
     for i in range(n):
         variant = {} if i % 2 == 0 else dict(causal=True, qk_norm="layernorm")
@@ -288,6 +292,16 @@ def covering_cases(metrics: Sequence[str] | None = None) -> list[Case]:
             Case(
                 small_block(kinds[i % len(kinds)], **variant),
                 small_inputs(inputs[i % len(inputs)]),
+                None if metrics is None else tuple(metrics),
+            )
+        )
+    seen = {c.block.kind for c in out}
+    for i, kind in enumerate(k for k in kinds if k not in seen):
+        variant = {} if i % 2 == 0 else dict(causal=True, qk_norm="layernorm")
+        out.append(
+            Case(
+                small_block(kind, **variant),
+                small_inputs(plain[i % len(plain)]),
                 None if metrics is None else tuple(metrics),
             )
         )

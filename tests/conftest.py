@@ -277,6 +277,7 @@ def np_layer(spec, p, x, kn, u_q, u_k, with_mlp=False):
         "gelu": np_gelu_tanh,
         "relu": lambda z: np.maximum(z, 0.0),
         "linear": lambda z: z,
+        "silu": lambda z: z / (1.0 + np.exp(-z)),
     }
     out = {}
 

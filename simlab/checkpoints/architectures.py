@@ -17,9 +17,21 @@ b1 (F,), w2 (F, D), b2 (D,), ln1_g, ln1_b, ln2_g, ln2_b (D,)), and how the embed
            LN2 = post_attention_layernorm; otherwise "pre_ln". query_key_value's output is laid
            out per head as [q, k, v] (viewed (H, 3, K)); rotary embeddings on the first
            int(K * rotary_pct) dims of each head (simlab.core.rotary); embeddings embed_in[id].
+  llama    "llama", causal (Touvron et al. 2023): h = x + Attn(RMS1(x)), y = h + GLU(RMS2(h)),
+           RMS1 = input_layernorm, RMS2 = post_attention_layernorm (RMSNorm with a gain, eps
+           rms_norm_eps), GLU(h) = down(act(gate h) * up h) (w1 = gate_proj, w3 = up_proj,
+           w2 = down_proj, act = hidden_act, SiLU); grouped-query attention with
+           num_key_value_heads (k_proj and v_proj repeated over their groups, HF's repeat_kv);
+           rotary embeddings on every dim of a head with base rope_theta; biases only with
+           attention_bias (q, k, v and o); embeddings embed_tokens[id].
+  mistral  Llama's layer without biases (Jiang et al. 2023); a sliding_window that can matter
+           (set, and below max_position_embeddings) is refused.
+  qwen2    Llama's layer with biases on q, k and v and none on o (Qwen2, Yang et al. 2024);
+           use_sliding_window true is refused.
 Activations follow HF's ACT2FN: "gelu" is the exact erf GELU ("gelu_exact" here), "gelu_new"
-and "gelu_pytorch_tanh" the tanh form (simlab's "gelu"), "relu" ReLU. Anything else in
-config.json that changes the computation is refused, naming the field and the file.
+and "gelu_pytorch_tanh" the tanh form (simlab's "gelu"), "relu" ReLU, "silu" and "swish" SiLU.
+Anything else in config.json that changes the computation is refused, naming the field and the
+file; the output head and tie_word_embeddings are not read (simlab runs the layers only).
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ ACTIVATIONS = {
     "gelu_new": "gelu",
     "gelu_pytorch_tanh": "gelu",
     "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
 }
 
 
@@ -425,6 +439,111 @@ def _neox_embed(t: Mapping, ids_BT, s: dict):
     return t["word"][ids_BT]
 
 
+# ------------------------------------------------------------------------------ Llama family
+def _llama_spec(c: Config) -> dict:
+    """Llama, Mistral and Qwen2's layer fields; the family's own refusals are in the callers."""
+    d, h, f = c.int("hidden_size"), c.int("num_attention_heads"), c.int("intermediate_size")
+    if d % h:
+        c.fail("num_attention_heads", f"{h} does not divide hidden_size {d}")
+    g = c.int("num_key_value_heads", h)
+    if h % g:
+        c.fail("num_key_value_heads", f"{g} does not divide num_attention_heads {h}")
+    k = d // h
+    c.expect("head_dim", (k, None), k)  # simlab's d_head is d_model / n_heads
+    c.expect("pretraining_tp", (1,), 1)
+    if c.cfg.get("model_type") == "llama":  # Mistral's and Qwen2's layers never read these
+        c.expect("mlp_bias", (False,), False)
+        c.expect("attention_bias", (False, True), False)
+    pct, base = _neox_rotary(c)
+    if pct != 1.0:
+        c.fail("partial_rotary_factor", f"{pct!r} is not supported (this layer rotates every dim)")
+    return dict(
+        kind="llama",
+        d_model=d,
+        n_heads=h,
+        **({"n_kv_heads": g} if g != h else {}),
+        d_ff=f,
+        activation=c.activation("hidden_act", "silu"),
+        causal=True,
+        ln_eps=c.float("rms_norm_eps", 1e-6),
+        rotary_pct=1.0,
+        rotary_base=base,
+    )
+
+
+def _mistral_spec(c: Config) -> dict:
+    w, n = c.cfg.get("sliding_window"), c.int("max_position_embeddings")
+    if w is not None and not (isinstance(w, int) and not isinstance(w, bool) and w >= n):
+        c.fail(
+            "sliding_window",
+            f"{w!r} is below max_position_embeddings {n}: sliding-window attention is not "
+            "supported (simlab computes full causal attention; set it to null)",
+        )
+    return _llama_spec(c)
+
+
+def _qwen2_spec(c: Config) -> dict:
+    c.expect("use_sliding_window", (False,), False)
+    types = c.cfg.get("layer_types") or []
+    if any(t != "full_attention" for t in types):
+        c.fail("layer_types", "only 'full_attention' layers are supported")
+    return _llama_spec(c)
+
+
+def _attention_biases(c: Config) -> str:
+    """Which of q, k, v, o carry a bias: Qwen2 q, k, v (HF's Qwen2Attention); Llama all four
+    with attention_bias, else none; Mistral none (HF's MistralAttention)."""
+    t = c.cfg.get("model_type")
+    if t == "qwen2":
+        return "qkv"
+    return "qkvo" if t == "llama" and c.cfg.get("attention_bias", False) else ""
+
+
+def _sliding_positions(c: Config) -> int:
+    """Mistral's positions: beyond a sliding_window (accepted only >= max_position_embeddings)
+    the window would matter, so longer inputs are refused; none set: no limit (rotary)."""
+    w = c.cfg.get("sliding_window")
+    return 0 if w is None else c.int("sliding_window")
+
+
+def _llama_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
+    d, h, f = s["d_model"], s["n_heads"], s["d_ff"]
+    g, k = s.get("n_kv_heads", h), d // h
+    pre = f"layers.{i}."
+    bias = _attention_biases(c)
+    out = {}
+    for n, heads in (("q", h), ("k", g), ("v", g)):
+        w = _heads(get(f"{pre}self_attn.{n}_proj.weight", (heads * k, d)), heads)
+        b = get(f"{pre}self_attn.{n}_proj.bias", (heads * k,)) if n in bias else None
+        b = _zeros_if_none(b, (heads * k,)).reshape(heads, k)
+        # grouped-query attention: each key/value head serves h / g consecutive query heads
+        out[f"w{n}"] = np.repeat(w, h // heads, axis=1)
+        out[f"b{n}"] = np.repeat(b, h // heads, axis=0)
+    out["wo"] = get(f"{pre}self_attn.o_proj.weight", (d, d)).T.reshape(h, k, d)
+    bo = get(f"{pre}self_attn.o_proj.bias", (d,)) if "o" in bias else None
+    out["bo"] = _zeros_if_none(bo, (d,))
+    zeros = np.zeros((d,), np.float32)
+    out["ln1_g"] = get(f"{pre}input_layernorm.weight", (d,))
+    out["ln1_b"] = zeros  # RMSNorm: no bias (kind "llama" reads the gains only)
+    out["ln2_g"] = get(f"{pre}post_attention_layernorm.weight", (d,))
+    out["ln2_b"] = zeros
+    out["w1"] = get(f"{pre}mlp.gate_proj.weight", (f, d)).T
+    out["w3"] = get(f"{pre}mlp.up_proj.weight", (f, d)).T
+    out["w2"] = get(f"{pre}mlp.down_proj.weight", (d, f)).T
+    out["b1"] = np.zeros((f,), np.float32)
+    out["b2"] = zeros
+    return out
+
+
+def _llama_tables(get: Tensors, c: Config, s: dict) -> dict:
+    return {"word": get("embed_tokens.weight", (c.int("vocab_size"), s["d_model"]))}
+
+
+def _llama_embed(t: Mapping, ids_BT, s: dict):
+    """embed_tokens[id] (positions enter through the rotary embeddings)."""
+    return t["word"][ids_BT]
+
+
 def _ints(field: str, default=None):
     return lambda c: c.int(field, default)
 
@@ -481,6 +600,26 @@ for _arch in (
         _neox_tables,
         _neox_embed,
         doc="GPT-NeoX / Pythia (parallel residual with two LayerNorms, rotary, causal)",
+    ),
+    *(
+        Architecture(
+            name,
+            ("", "model."),
+            "embed_tokens.weight",
+            spec,
+            _ints("num_hidden_layers"),
+            _ints("vocab_size"),
+            _sliding_positions if name == "mistral" else (lambda c: 0),
+            _llama_layer,
+            _llama_tables,
+            _llama_embed,
+            doc=doc,
+        )
+        for name, spec, doc in (
+            ("llama", _llama_spec, "Llama (pre-RMSNorm, SwiGLU, grouped-query attention, rotary)"),
+            ("mistral", _mistral_spec, "Mistral (Llama's layer; no sliding window)"),
+            ("qwen2", _qwen2_spec, "Qwen2 (Llama's layer with q, k, v biases; no sliding window)"),
+        )
     ),
 ):
     ARCHITECTURES.register(_arch, source=BUILTIN)

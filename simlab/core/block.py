@@ -9,8 +9,14 @@ With a = attn_residual, m = mlp_residual and the branch gains g_A = attn_gain, g
              LayerNorm feeds both branches; m is inert: no skip around the MLP alone)
   parallel2: y = a x + g_A Attn(LN1(x)) + g_M MLP(LN2(x))  (GPT-NeoX, Black et al. 2022; Pythia:
              a LayerNorm of its own for each branch; m is inert)
+  llama:     h = a x + g_A Attn(RMS1(x));    y = m h + g_M GLU(RMS2(h))  (Llama, Touvron et al.
+             2023: RMSNorm with a gain and no bias, the gated MLP below; with spec.activation
+             "silu" it is SwiGLU; grouped-query attention and rotary embeddings are spec fields,
+             n_kv_heads and rotary_pct / rotary_base)
 MLP(h) = act(h W_1 + b_1) W_2 + b_2 with act = GELU (tanh form, "gelu"; the exact erf form,
-"gelu_exact"), ReLU or the identity ("linear", an ablation). With spec.rotary_pct > 0 the
+"gelu_exact"), ReLU, SiLU or the identity ("linear", an ablation); the gated MLP of a kind with
+`gated` (Shazeer 2020, "GLU Variants Improve Transformer"): GLU(h) = (act(h W_1 + b_1) * h W_3) W_2
++ b_2, W_1 = HF's gate_proj, W_3 = up_proj, W_2 = down_proj. With spec.rotary_pct > 0 the
 projected queries and keys are rotated by their positions (simlab.core.rotary) after the QK-norm
 and before q_scale, k_scale and the shifts. g_A multiplies the attention sub-layer's output
 before the token-wise part sees it (so it acts on every kind, a plugin's too); g_M is read by
@@ -18,7 +24,7 @@ the kinds that declare `mlp_gain` (all built-in ones). `Layer.attn` and `Layer.m
 branches' own outputs, before their gains. The kinds are one registry, BLOCKS (a BlockKind each:
 what the projections see and the token-wise rest of the layer), read live; a new block variant
 is one `register_block` call, in simlab or in a plugin (docs/extending.md), with the helpers
-ln1, ln2, identity and mlp.
+ln1, ln2, rms1, rms2, identity, mlp and gated_mlp.
 
 Two ways to compute the attention sub-layer, with one contract (`Layer`):
   plain  (tiling None): the full weights w (B, H, T, S), then A V (simlab.core.attention): the
@@ -91,6 +97,16 @@ class Layer(NamedTuple):
     mlp: jax.Array | None = None
 
 
+def _act(spec: BlockSpec):
+    return {
+        "gelu": jax.nn.gelu,
+        "gelu_exact": lambda g: jax.nn.gelu(g, approximate=False),
+        "relu": jax.nn.relu,
+        "linear": lambda g: g,
+        "silu": jax.nn.silu,
+    }[spec.activation]
+
+
 def mlp(spec: BlockSpec, p, h_BTD):
     """MLP(h) = act(h W_1 + b_1) W_2 + b_2, act = GELU (tanh form; "gelu_exact": the exact
     z Phi(z), Hendrycks & Gimpel 2016), ReLU or the identity
@@ -101,13 +117,17 @@ def mlp(spec: BlockSpec, p, h_BTD):
     has a nonzero mean (GELU's E[GELU(z)] = s^2 / sqrt(2 pi (1 + s^2)) for the exact GELU and
     z ~ N(0, s^2); s^2 = 768 * 0.02^2 at BERT-base init gives 0.107), so it isolates that
     shared output (docs/gallery.md, "6. Width")."""
-    act = {
-        "gelu": jax.nn.gelu,
-        "gelu_exact": lambda g: jax.nn.gelu(g, approximate=False),
-        "relu": jax.nn.relu,
-        "linear": lambda g: g,
-    }[spec.activation]
-    g_BTF = act(h_BTD @ p["w1"] + p["b1"])
+    g_BTF = _act(spec)(h_BTD @ p["w1"] + p["b1"])
+    if spec.mlp_center:
+        g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
+    return g_BTF @ p["w2"] + p["b2"]
+
+
+def gated_mlp(spec: BlockSpec, p, h_BTD):
+    """GLU(h) = (act(h W_1 + b_1) * (h W_3)) W_2 + b_2, elementwise product over the F hidden
+    units (Shazeer 2020; act = SiLU: SwiGLU, Llama's down(silu(gate h) * up h)); W_3: (D, F).
+    spec.mlp_center centres the gated hidden activation over its units, as in `mlp`."""
+    g_BTF = _act(spec)(h_BTD @ p["w1"] + p["b1"]) * (h_BTD @ p["w3"])
     if spec.mlp_center:
         g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
     return g_BTF @ p["w2"] + p["b2"]
@@ -212,6 +232,17 @@ def ln2(spec: BlockSpec, p, h_BTD):
     return attention.layer_norm(h_BTD, p["ln2_g"], p["ln2_b"], spec.ln_eps)
 
 
+def rms1(spec: BlockSpec, p, x_BTD):
+    """RMS1(x) = x / sqrt(mean_d x_d^2 + eps) * g with the layer's ln1 gain (no bias, no mean
+    removal; Zhang & Sennrich 2019; eps = spec.ln_eps, HF's rms_norm_eps)."""
+    return attention.rms_norm(x_BTD, spec.ln_eps) * p["ln1_g"]
+
+
+def rms2(spec: BlockSpec, p, h_BTD):
+    """RMS2(h) with the layer's ln2 gain."""
+    return attention.rms_norm(h_BTD, spec.ln_eps) * p["ln2_g"]
+
+
 def identity(spec: BlockSpec, p, x_BTD):
     """x itself: the projections see the layer input (no norm before them)."""
     return x_BTD
@@ -259,6 +290,14 @@ def _parallel2_branches(spec, p, x_BTD, attn_BTD, knobs):
     return h + knobs["mlp_gain"] * f, f
 
 
+def _llama_branches(spec, p, x_BTD, attn_BTD, knobs):
+    h = knobs["attn_residual"] * x_BTD + attn_BTD
+    if not spec.mlp:
+        return h, None
+    f = gated_mlp(spec, p, rms2(spec, p, h))
+    return knobs["mlp_residual"] * h + knobs["mlp_gain"] * f, f
+
+
 def _first(branches: Callable) -> Callable:
     def token_wise(spec, p, x_BTD, attn_BTD, knobs):
         return branches(spec, p, x_BTD, attn_BTD, knobs)[0]
@@ -277,7 +316,11 @@ class BlockKind:
     mlp_gain: token_wise multiplies the MLP branch's output by the knob mlp_gain (else it is
     inert for this kind). token_wise_mlp (optional): (spec, p, x, attn, knobs) -> (y, the MLP
     branch's output before its gain), the same y as token_wise; the metrics that read
-    `Layer.mlp` need it (without it they are refused for this kind)."""
+    `Layer.mlp` need it (without it they are refused for this kind).
+    gated: the MLP is `gated_mlp` (simlab.core.init draws the third matrix w3; the closed forms
+    and covariates of a plain act(h W_1) W_2 MLP refuse or skip it).
+    typical: BlockSpec fields of this kind's usual block (e.g. Llama's SiLU gate, grouped-query
+    attention and rotary embeddings), which simlab.testing's conformance cases set."""
 
     name: str
     attn_input: Callable
@@ -288,6 +331,8 @@ class BlockKind:
     mlp_residual: bool = True
     mlp_gain: bool = False
     token_wise_mlp: Callable | None = None
+    gated: bool = False
+    typical: Mapping = dataclasses.field(default_factory=dict, hash=False)
 
 
 def _check_kind(k: BlockKind) -> None:
@@ -315,6 +360,8 @@ def _check_kind(k: BlockKind) -> None:
                 k.token_wise_mlp is None or callable(k.token_wise_mlp),
                 "must be None or callable (spec, p, x, attn, knobs) -> (y, mlp)",
             ),
+            "gated": (isinstance(k.gated, bool), "must be a bool"),
+            "typical": (isinstance(k.typical, Mapping), "must be a mapping of BlockSpec fields"),
         },
     )
 
@@ -380,6 +427,18 @@ for _kind in (
         mlp_residual=False,
         mlp_gain=True,
         token_wise_mlp=_parallel2_branches,
+    ),
+    BlockKind(
+        "llama",
+        attn_input=rms1,
+        token_wise=_first(_llama_branches),
+        norm_before_projections=True,
+        norm_after_attention=False,
+        formula="h = a x + Attn(RMS1(x)); y = m h + GLU(RMS2(h))  (Llama, Mistral, Qwen2)",
+        mlp_gain=True,
+        token_wise_mlp=_llama_branches,
+        gated=True,
+        typical=dict(activation="silu", n_kv_heads=2, rotary_pct=1.0, ln_eps=1e-6),
     ),
 ):
     BLOCKS.register(_kind, source=BUILTIN)

@@ -3,11 +3,20 @@
 Layout of one layer (head-split einsum weights; D = d_model, H = heads, K = d_head, F = MLP):
   wq, wk, wv: (D, H, K)   bq, bk, bv: (H, K)    wo: (H, K, D)   bo: (D,)
   ln1_g, ln1_b, ln2_g, ln2_b: (D,)              w1: (D, F) b1: (F,)   w2: (F, D) b2: (D,)
+  w3: (D, F), only for a kind with a gated MLP (simlab.core.block.gated_mlp: HF's up_proj)
 A stack stores every leaf with a leading layer axis L; layers are independent draws.
+Grouped-query attention (`BlockSpec.n_kv_heads` = G < H): wk and wv are drawn for the G
+key/value heads, (D, G, K), and each is repeated for its H / G consecutive query heads
+(jnp.repeat on the head axis: HF's repeat_kv), so every attention path sees (D, H, K); the
+layout above is unchanged and the keys and values of a group are equal by construction.
 
 Schemes (`BlockSpec.init`):
   "bert":   every weight N(0, 0.02^2), biases 0, LayerNorm gain 1 and bias 0
             (Devlin et al. 2019, `initializer_range = 0.02`; plain normal, not truncated).
+            It is also Llama's init at LlamaConfig's default initializer_range 0.02 (HF's
+            LlamaPreTrainedModel._init_weights: every nn.Linear weight, i.e. wq, wk, wv, wo and
+            the gate, up and down matrices w1, w3, w2, N(0, initializer_range^2); RMSNorm gains
+            1), the scheme for kind "llama".
   "glorot": Glorot/Xavier uniform, U(-r, r), r = sqrt(6 / (fan_in + fan_out)) with the fans of
             the full matrices (D -> D for q, k, v, o; D -> F and F -> D in the MLP).
   "fan_in": N(0, sigma^2 / fan_in), sigma = `BlockSpec.init_sigma`.
@@ -30,19 +39,20 @@ _MATRICES = ("wq", "wk", "wv", "wo", "w1", "w2")
 
 
 def _fans(spec: BlockSpec, name: str) -> tuple[int, int]:
-    d, f = spec.d_model, spec.mlp_width
-    return {"w1": (d, f), "w2": (f, d)}.get(name, (d, d))
+    d, f, g = spec.d_model, spec.mlp_width, spec.kv_heads * spec.d_head
+    return {"w1": (d, f), "w2": (f, d), "w3": (d, f), "wk": (d, g), "wv": (d, g)}.get(name, (d, d))
 
 
 def _shape(spec: BlockSpec, name: str) -> tuple[int, ...]:
-    d, h, k, f = spec.d_model, spec.n_heads, spec.d_head, spec.mlp_width
+    d, h, k, f, g = spec.d_model, spec.n_heads, spec.d_head, spec.mlp_width, spec.kv_heads
     return {
         "wq": (d, h, k),
-        "wk": (d, h, k),
-        "wv": (d, h, k),
+        "wk": (d, g, k),
+        "wv": (d, g, k),
         "wo": (h, k, d),
         "w1": (d, f),
         "w2": (f, d),
+        "w3": (d, f),
     }[name]
 
 
@@ -83,8 +93,10 @@ def draws(key, shapes: Mapping[str, tuple], dtype=None, dist: str = "normal") ->
 
 
 def param_shapes(spec: BlockSpec) -> dict[str, tuple[int, ...]]:
-    """The random weight matrices of a depth-L stack: name -> (L, ...) shape."""
-    names = _MATRICES if spec.mlp else _MATRICES[:4]
+    """The random weight matrices of a depth-L stack: name -> (L, ...) shape (wk and wv for the
+    key/value heads; w3 only for a gated MLP, after the others, so that no other spec's draws
+    move)."""
+    names = (_MATRICES + (("w3",) if spec.gated_mlp else ())) if spec.mlp else _MATRICES[:4]
     return {n: (spec.depth,) + _shape(spec, n) for n in names}
 
 
@@ -110,6 +122,9 @@ def init_params(spec: BlockSpec, key=None, dtype=None, noise=None) -> dict[str, 
             ).astype(dtype)
             for n in shapes
         }
+    if spec.kv_heads != h:  # grouped-query attention: each key/value head serves its group
+        for n in ("wk", "wv"):
+            p[n] = jnp.repeat(p[n], h // spec.kv_heads, axis=2)
     for n in ("bq", "bk", "bv"):
         p[n] = jnp.zeros((L, h, k), dtype)
     zeros, ones = jnp.zeros((L, d), dtype), jnp.ones((L, d), dtype)

@@ -361,7 +361,9 @@ class Lab:
                      vector along u_b + u_b W_V W_O (where a drift points after a uniform
                      attention branch): how the MLP's linear part passes the drift on (random
                      sign; simlab.theory.gains.mean_field_gain);
-          mlp_trace  tr(A) / D: the same for a random direction (the private parts);
+          mlp_trace  tr(A) / D: the same for a random direction (the private parts); these
+                     two are left out for a gated MLP (kind "llama": no linear part; ReLU's and
+                     SiLU's mean slope is 1/2 as the GELU's, by symmetry);
           mlp_shared |1^T W_2|^2 / F (F hidden units; with the MLP only): a hidden activation
                      with mean gbar over the units gives every token gbar 1^T W_2, the shared
                      output of simlab.theory.mlp_mean_gain (c = 4 d^2 sigma_w^2 there is the
@@ -388,6 +390,8 @@ class Lab:
             w1 = np.asarray(state["params"]["w1"], np.float64)
             w2_LD = np.sum(p["w2"], axis=1)
             out["mlp_shared"] = np.sum(w2_LD * w2_LD, axis=-1) / p["w2"].shape[1]
+            if self.block.gated_mlp:
+                return out  # act(h W_1) * h W_3 has no linear part (quadratic near h = 0)
             a_LDE = 0.5 * np.einsum("ldf,lfe->lde", w1, p["w2"])
             w_LD = u_D[None, :] + uvo_LD
             w_LD = w_LD / np.linalg.norm(w_LD, axis=-1, keepdims=True)

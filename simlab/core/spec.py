@@ -23,8 +23,8 @@ from simlab.validate import check_choice, check_fields, check_int, check_positiv
 
 # MLP activations: GELU in its tanh form ("gelu": Google's BERT code, GPT-2's gelu_new), the exact
 # erf GELU ("gelu_exact": HF's "gelu", which BERT, RoBERTa and Pythia checkpoints name), ReLU,
-# and the identity (an ablation: a linear MLP)
-ACTIVATIONS = ("gelu", "gelu_exact", "relu", "linear")
+# the identity (an ablation: a linear MLP), and SiLU z sigmoid(z) (Llama's gate, HF's "silu")
+ACTIVATIONS = ("gelu", "gelu_exact", "relu", "linear", "silu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,11 +40,15 @@ class BlockSpec:
     its own, on the previous key), the last three with the sharpness of the knob pattern_beta.
     rotary_pct, rotary_base: rotary position embeddings on the first int(d_head * rotary_pct)
     dims of every head's queries and keys (simlab.core.rotary; GPT-NeoX / Pythia); 0: none.
+    rotary_base is HF's rope_theta (Llama: rotary_pct = 1, every dim of a head).
+    n_kv_heads: grouped-query attention (Ainslie et al. 2023): n_kv_heads key/value heads, each
+    shared by n_heads / n_kv_heads consecutive query heads (HF's repeat_kv); None: n_heads.
     """
 
     kind: str = "post_ln"
     d_model: int = 768
     n_heads: int = 12
+    n_kv_heads: int | None = None  # grouped-query attention: key/value heads (None: n_heads)
     mlp: bool = True
     mlp_ratio: int = 4
     d_ff: int | None = None  # the MLP's hidden width itself (None: d_model * mlp_ratio)
@@ -71,6 +75,12 @@ class BlockSpec:
         check_int(f"{where}.n_heads", self.n_heads, 1, self.d_model)
         if self.d_model % self.n_heads:
             raise ConfigError(f"{where}.n_heads: {self.n_heads} must divide d_model={self.d_model}")
+        if self.n_kv_heads is not None:
+            check_int(f"{where}.n_kv_heads", self.n_kv_heads, 1, self.n_heads)
+            if self.n_heads % self.n_kv_heads:
+                raise ConfigError(
+                    f"{where}.n_kv_heads: {self.n_kv_heads} must divide n_heads={self.n_heads}"
+                )
         if not isinstance(self.mlp, bool):
             raise ConfigError(f"{where}.mlp: must be true or false, got {self.mlp!r}")
         check_int(f"{where}.mlp_ratio", self.mlp_ratio, 1, 64)
@@ -90,6 +100,11 @@ class BlockSpec:
         check_int(f"{where}.depth", self.depth, 1, 256)
         check_choice(f"{where}.init", self.init, ("bert", "glorot", "fan_in"))
         check_choice(f"{where}.qk_weights", self.qk_weights, ("random", "tied", "identity"))
+        if self.qk_weights == "tied" and self.kv_heads != self.n_heads:
+            raise ConfigError(
+                f"{where}.n_kv_heads: qk_weights = 'tied' (W_K = W_Q) needs n_kv_heads = n_heads, "
+                f"got {self.n_kv_heads}"
+            )
         if self.qk_weights == "identity" and self.n_heads != 1:
             raise ConfigError(
                 f"{where}.n_heads: qk_weights = 'identity' needs one head (d_head = d_model), "
@@ -115,6 +130,16 @@ class BlockSpec:
         """The MLP's hidden width F: d_ff where given, else d_model * mlp_ratio (every use reads
         it here)."""
         return self.d_ff if self.d_ff is not None else self.d_model * self.mlp_ratio
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads (n_kv_heads, or n_heads without grouped-query attention)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def gated_mlp(self) -> bool:
+        """The kind's MLP is gated (a third matrix w3; simlab.core.block.gated_mlp)."""
+        return BLOCKS[self.kind].gated
 
     @property
     def rotary_dims(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simlab.errors import ConfigError
 from simlab.theory.rem import rem_critical_std, rem_normalized_entropy
 from simlab.theory.sampling import gaussian_softmax_entropy
 
@@ -105,6 +106,17 @@ def paper_iso_entropy_lambda_finite(
     return (s2 / (init_std**4 * embed_std**2 * d_model * x2)) ** 0.25
 
 
+def _check_kind(b: dict) -> None:
+    """The paper's logit variance is of projections that see the tokens x themselves (no norm
+    before them: kinds post_ln and attention); kind "llama" (an RMSNorm before the projections,
+    rotary embeddings) is refused, naming the field."""
+    if b.get("kind", "post_ln") == "llama":
+        raise ConfigError(
+            "block.kind: 'llama' is not covered by the paper's closed form (it assumes "
+            "projections of the tokens themselves, no RMSNorm before them)"
+        )
+
+
 def paper_iso_entropy_curve(config: dict, level: float = 0.5, n=None):
     """The predicted iso-entropy line H / ln T = level of a sweep's config (its block and inputs
     tables; paper_iso_entropy_lambda_finite: finite T and d_head) in the (drift_norm, lambda)
@@ -112,6 +124,7 @@ def paper_iso_entropy_curve(config: dict, level: float = 0.5, n=None):
     paper's T = 512 it lies ~10% below the freezing line proper (paper_freezing_line_curve):
     the finite-T softmax reaches H / ln T = 0.5 at s^2 = 1.34 ln T, not 2 ln T."""
     b, i = config["block"], config["inputs"]
+    _check_kind(b)
     init_std = 0.02 if b.get("init", "bert") == "bert" else None
     if init_std is None or i.get("kind") != "embedding":
         raise ValueError("paper_iso_entropy_curve: needs init = 'bert' and embedding inputs")
@@ -131,6 +144,7 @@ def paper_freezing_line_curve(config: dict, n=None):
     """The REM freezing line proper of a sweep's config, s^2 = 2 ln T (paper_iso_entropy_lambda
     at level 0: where H / ln T -> 0 as T -> infinity), as (x_arr, y_arr, label)."""
     b, i = config["block"], config["inputs"]
+    _check_kind(b)
     if b.get("init", "bert") != "bert" or i.get("kind") != "embedding":
         raise ValueError("paper_freezing_line_curve: needs init = 'bert' and embedding inputs")
     n = np.geomspace(1e-2, 1e5, 200) if n is None else np.asarray(n, float)

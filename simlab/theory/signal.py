@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from simlab.errors import ConfigError
 from simlab.theory.sampling import softmax_pair_overlaps
 
 
@@ -22,6 +23,11 @@ def activation_kernel(c, activation: str = "gelu") -> tuple[float, float]:
     activation: ReLU in closed form (Cho & Saul's arc-cosine kernel of degree 1,
     (sqrt(1 - c^2) + (pi - arccos c) c) / (2 pi), and 1/2), the tanh-form GELU by 80 x 80-point
     Gauss-Hermite quadrature (smooth integrand: accurate to ~1e-6)."""
+    if activation not in ("relu", "gelu"):
+        raise ConfigError(
+            f"block.activation: {activation!r} has no kernel here (the layer recursion computes "
+            "'gelu' (tanh form) and 'relu')"
+        )
     c = float(np.clip(c, -1.0, 1.0))
     if activation == "relu":
         return 0.5, (math.sqrt(1.0 - c * c) + (math.pi - math.acos(c)) * c) / (2.0 * math.pi)
@@ -89,7 +95,10 @@ def signal_propagation(
     Returns out_cos_within (p_w / q) and out_cos, the mean over all B T (B T - 1) pairs of
     tokens ((T - 1) / (B T - 1) of them within a sequence), each (depth,)."""
     if kind not in ("post_ln", "pre_ln", "attention"):
-        raise ValueError(f"signal_propagation: kind {kind!r} is not post_ln, pre_ln, attention")
+        raise ConfigError(
+            f"block.kind: {kind!r} has no layer recursion here (post_ln, pre_ln, attention: a "
+            "LayerNorm and a plain act(h W_1) W_2 MLP)"
+        )
 
     def attend(q, pw, px):
         sd = lam * math.sqrt(max(q * (q - pw), 0.0))

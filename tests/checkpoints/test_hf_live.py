@@ -58,3 +58,42 @@ def test_fresh_model_matches_hf(arch, tmp_path):
         hs = load(tmp_path).hidden_states(ids)
     for h, ref in zip(hs, hidden):
         np.testing.assert_allclose(h, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+
+
+LLAMA_SIZE = dict(hidden=36, heads=6, kv_heads=3, layers=3, mlp=50, vocab=50, positions=20)
+
+
+@pytest.mark.parametrize(
+    "arch, extra",
+    [
+        ("llama", dict(attention_bias=True)),  # q, k, v and o biases
+        ("llama", dict(num_key_value_heads=6)),  # no grouping
+        ("mistral", dict(num_key_value_heads=1)),  # one key/value head for all
+        ("qwen2", {}),
+    ],
+)
+def test_fresh_llama_family_matches_hf(arch, extra, tmp_path, monkeypatch):
+    """Other sizes than the fixtures (6 heads of 6 dims, 3 layers), rope_theta 10000, the
+    attention-bias and grouping variants; float64 against HF's forward with the rotary angles,
+    the RMSNorm and the softmax kept in float64."""
+    monkeypatch.setattr(mk, "LLAMA_SIZE", LLAMA_SIZE)
+    config, cls = mk._configs()[arch]
+    for k, v in extra.items():
+        setattr(config, k, v)
+    config.rope_parameters["rope_theta"] = 10000.0
+    config._attn_implementation = "eager"
+    torch.manual_seed(2)
+    model = cls(config).eval()
+    mk._randomize(model)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    model = model.double()
+    mk._float64_rotary(model)
+    mk._float64_rmsnorm(model)
+    ids = np.random.default_rng(1).integers(0, LLAMA_SIZE["vocab"], (2, 11))
+    with mk._float64_softmax():
+        hidden, _ = mk._forward(model, ids)
+    with jax.enable_x64(True):
+        hs = load(tmp_path).hidden_states(ids)
+    assert len(hs) == len(hidden)
+    for h, ref in zip(hs, hidden):
+        np.testing.assert_allclose(h, ref, rtol=0, atol=1e-9 * np.abs(ref).max())

@@ -15,7 +15,16 @@ import pytest
 from simlab.checkpoints import load
 
 FIXTURES = pathlib.Path(__file__).parent.parent / "fixtures" / "checkpoints"
-ARCHS = ("bert", "roberta", "gpt2", "gpt_neox", "gpt_neox_sequential")
+ARCHS = (
+    "bert",
+    "roberta",
+    "gpt2",
+    "gpt_neox",
+    "gpt_neox_sequential",
+    "llama",
+    "mistral",
+    "qwen2",
+)
 
 
 def rel_err(a, ref) -> float:

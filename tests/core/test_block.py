@@ -93,6 +93,7 @@ CASES = [  # kind, mlp, activation, causal, qk_norm
     ("attention", True, "relu", True, "none"),
     ("post_ln", True, "linear", False, "none"),  # the identity activation (an ablation)
     ("parallel", True, "linear", True, "none"),
+    ("pre_ln", True, "silu", True, "none"),  # SiLU (Llama's gate) in a plain MLP
 ]
 
 

@@ -100,6 +100,7 @@ CASES = [
         ("attention", False, "none", "uniform", "gaussian"),
         ("pre_ln", True, "layernorm", "shared", "gaussian"),
         ("parallel", False, "none", "token", "rademacher"),
+        ("llama", True, "none", "other", "embedding"),  # RMSNorm, GQA, rotary, gated MLP
     )
 ]
 

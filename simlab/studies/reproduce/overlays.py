@@ -67,6 +67,10 @@ def _signal_propagation(res: Results, metric: str, select: dict):
     b, i, kn = res.meta["config"]["block"], res.meta["config"]["inputs"], res.meta["config"]
     if metric not in ("out_cos", "out_cos_within") or b["init"] != "fan_in":
         return None
+    if b["kind"] not in ("post_ln", "pre_ln", "attention"):
+        return None  # no layer recursion for this wiring (e.g. kind "llama")
+    if b.get("activation", "gelu") not in ("gelu", "relu"):
+        return None
     if i["kind"] != "gaussian" or "temperature" not in select:
         return None
     knobs = kn.get("knobs", {})
