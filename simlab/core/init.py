@@ -20,6 +20,8 @@ Schemes (`BlockSpec.init`):
   "glorot": Glorot/Xavier uniform, U(-r, r), r = sqrt(6 / (fan_in + fan_out)) with the fans of
             the full matrices (D -> D for q, k, v, o; D -> F and F -> D in the MLP).
   "fan_in": N(0, sigma^2 / fan_in), sigma = `BlockSpec.init_sigma`.
+  "normal": every weight N(0, sigma^2), sigma = `BlockSpec.init_sigma` (HF's initializer_range
+            for BERT- and Llama-family models that set another value; "bert" is sigma 0.02).
 """
 
 from __future__ import annotations
@@ -118,7 +120,11 @@ def init_params(spec: BlockSpec, key=None, dtype=None, noise=None) -> dict[str, 
         p = {
             n: (
                 noise[n]
-                * (0.02 if spec.init == "bert" else spec.init_sigma / math.sqrt(_fans(spec, n)[0]))
+                * {
+                    "bert": 0.02,
+                    "normal": spec.init_sigma,
+                    "fan_in": spec.init_sigma / math.sqrt(_fans(spec, n)[0]),
+                }[spec.init]
             ).astype(dtype)
             for n in shapes
         }

@@ -57,9 +57,9 @@ class BlockSpec:
     causal: bool = False
     qk_norm: str = "none"  # "none" | "layernorm" | "rmsnorm" (per head, on q and k)
     depth: int = 1
-    init: str = "bert"  # "bert" | "glorot" | "fan_in"
+    init: str = "bert"  # "bert" | "glorot" | "fan_in" | "normal"
     qk_weights: str = "random"  # "random" | "tied" (W_K = W_Q) | "identity" (Q = K = V = O = I)
-    init_sigma: float = 1.0  # for init = "fan_in": N(0, sigma^2 / fan_in)
+    init_sigma: float = 1.0  # "fan_in": N(0, sigma^2 / fan_in); "normal": N(0, sigma^2)
     ln_eps: float = 1e-12  # BERT's LayerNorm epsilon
     pattern: str = "softmax"  # a key of simlab.core.patterns.PATTERNS
     rotary_pct: float = 0.0  # rotary embeddings on int(d_head * rotary_pct) dims; 0: none
@@ -98,7 +98,7 @@ class BlockSpec:
             raise ConfigError(f"{where}.causal: must be true or false, got {self.causal!r}")
         check_choice(f"{where}.qk_norm", self.qk_norm, ("none", "layernorm", "rmsnorm"))
         check_int(f"{where}.depth", self.depth, 1, 256)
-        check_choice(f"{where}.init", self.init, ("bert", "glorot", "fan_in"))
+        check_choice(f"{where}.init", self.init, ("bert", "glorot", "fan_in", "normal"))
         check_choice(f"{where}.qk_weights", self.qk_weights, ("random", "tied", "identity"))
         if self.qk_weights == "tied" and self.kv_heads != self.n_heads:
             raise ConfigError(

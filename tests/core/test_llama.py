@@ -136,6 +136,20 @@ def test_llamas_init():
     assert not np.any(p["wq"][:, 0] == p["wq"][:, 1])
 
 
+def test_normal_init_is_hfs_initializer_range():
+    """init "normal" draws every matrix N(0, init_sigma^2) (HF's initializer_range): at 0.02 it
+    is the "bert" draw bit for bit (the same noise times the same sigma), at 0.05 the same
+    draw times 2.5; gains and biases as "bert"."""
+    key = jax.random.PRNGKey(4)
+    bert = init_params(llama_spec(init="bert"), key)
+    same = init_params(llama_spec(init="normal", init_sigma=0.02), key)
+    wide = init_params(llama_spec(init="normal", init_sigma=0.05), key)
+    for n in bert:
+        np.testing.assert_array_equal(np.asarray(same[n]), np.asarray(bert[n]), err_msg=n)
+        want = np.asarray(bert[n], np.float64) * (2.5 if n[0] == "w" else 1.0)
+        np.testing.assert_allclose(np.asarray(wide[n], np.float64), want, rtol=1e-6, err_msg=n)
+
+
 def test_other_kinds_draw_as_before():
     """Adding the kind moved no other spec's draws: a post-LN spec has no w3 and its wk is the
     (D, H, K) draw that follows wq in the one threefry call."""
