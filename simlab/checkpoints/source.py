@@ -12,14 +12,15 @@ engine (which resolves the table once per sweep and builds Lab(weights=...)).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from simlab.checkpoints import files
+from simlab.checkpoints import corpus, files
 from simlab.checkpoints.checkpoint import STUDY_FIELDS, Weights, check_trained, load
-from simlab.core.spec import BlockSpec
+from simlab.core.spec import BlockSpec, InputSpec
 from simlab.errors import ConfigError
 from simlab.validate import check_fields, check_int
 
@@ -98,3 +99,23 @@ def resolve(
     resolved = dataclasses.replace(spec, architecture=ck.architecture, files=hashes)
     weights = dataclasses.replace(ck.at(layers, ids, f"{where}.layer"), source=resolved)
     return resolved, spec_block, weights
+
+
+def resolve_text(inputs: InputSpec, weights: Weights | None, where: str = "inputs") -> InputSpec:
+    """Inputs of kind "text" with their text_sha256: the sha256 of the corpus's content
+    (simlab.checkpoints.corpus.identity: the files' bytes, or the standard library's Python
+    version and folder) and of the checkpoint's tokenizer.json, which together make the windows.
+    A recorded text_sha256 that differs (the corpus or the tokenizer changed since the config
+    was resolved) is refused, as changed weights are. Other kinds: unchanged."""
+    if inputs.kind != "text" or weights is None:
+        return inputs
+    tokenizer = weights.checkpoint.tokenizer_text() or ""
+    h = hashlib.sha256(corpus.identity(inputs.corpus).encode())
+    h.update(hashlib.sha256(tokenizer.encode()).digest())
+    sha = h.hexdigest()
+    if inputs.text_sha256 is not None and inputs.text_sha256 != sha:
+        raise ConfigError(
+            f"{where}.text_sha256: the corpus {inputs.corpus!r} or the checkpoint's tokenizer.json "
+            "is not the text this config was resolved with (changed since)"
+        )
+    return dataclasses.replace(inputs, text_sha256=sha)

@@ -168,6 +168,10 @@ class InputSpec:
     nu: float = 3.0
     normalize: bool = False  # tokens scaled to unit norm after the drift: x_i / |x_i|
     corpus: str = "stdlib"  # kind "text": "stdlib" or a text file or folder (checkpoints.corpus)
+    # kind "text", filled in when a config is resolved (simlab.checkpoints.source.resolve_text):
+    # the sha256 of the corpus's content and the tokenizer.json that cuts it, so a sweep is never
+    # resumed on another text; the corpus path then does not enter the fingerprint
+    text_sha256: str | None = None
 
     def validate(self, where: str = "inputs") -> InputSpec:
         check_choice(f"{where}.kind", self.kind, tuple(INPUTS))
@@ -184,6 +188,10 @@ class InputSpec:
             raise ConfigError(f"{where}.normalize: must be true or false, got {self.normalize!r}")
         if not isinstance(self.corpus, str) or not self.corpus:
             raise ConfigError(f"{where}.corpus: must be 'stdlib' or a path, got {self.corpus!r}")
+        if self.text_sha256 is not None and not (
+            isinstance(self.text_sha256, str) and len(self.text_sha256) == 64
+        ):
+            raise ConfigError(f"{where}.text_sha256: must be a sha256 (64 hex digits)")
         return self
 
 

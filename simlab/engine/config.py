@@ -232,6 +232,8 @@ def canonical(config: Mapping[str, Any], rule: int | None = None) -> dict[str, A
         d.get("sweep", {}).pop(k, None)
     if isinstance(d.get("checkpoint"), dict):  # its files name it, not where it lies
         d["checkpoint"].pop("path", None)
+    if isinstance(d.get("inputs"), dict) and d["inputs"].get("text_sha256"):
+        d["inputs"].pop("corpus", None)  # likewise the text: its content, not where it lies
     hashed = fingerprint_rule(rule)["hashed_at_default"]
     for table, defaults in field_defaults(rule).items():
         t = d.get(table)
@@ -373,6 +375,8 @@ def load_config(
     else:
         block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
     inputs = _floats(spec.spec_from_dict(spec.InputSpec, _table(raw, "inputs"), "inputs"))
+    if read_weights:  # text windows: the corpus's and the tokenizer's content, hashed
+        inputs = source.resolve_text(inputs, weights)
     fixed = _table(raw, "knobs")
     knobs = knob_registry.resolve_knobs(fixed)
     axes_raw = raw.get("axes", [])

@@ -232,3 +232,27 @@ def test_the_real_models_windows_and_inputs():
     ids = np.asarray(inputs.text_ids(s, mini.at([3]), jax.random.fold_in(key, 1)))
     assert np.all(ids[:, 0] == cls) and np.all(ids[:, -1] == sep)
     np.testing.assert_allclose(x, mini.hidden_states(ids, [3])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_text_enters_the_fingerprint_not_where_it_lies(tmp_path):
+    """A resolved config records the sha256 of the corpus's content and the tokenizer.json
+    (inputs.text_sha256): the same text in another folder is the same sweep (the path leaves
+    the fingerprint, as a checkpoint's does); changed text is refused when the recorded config
+    is run again, naming the field, as changed weights are; and the changed text is another
+    fingerprint (a directory holding the old one refuses it)."""
+    from simlab.engine.config import fingerprint, load_config
+
+    a = write_corpus(tmp_path / "a.txt", 20)
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    b = write_corpus(moved / "a.txt", 20)
+    ca, cb = load_config(config(a)), load_config(config(b))
+    assert ca.inputs.text_sha256 == cb.inputs.text_sha256 is not None
+    assert fingerprint(ca.to_dict()) == fingerprint(cb.to_dict())
+    stored = ca.to_dict()
+    pathlib.Path(a).write_text(pathlib.Path(a).read_text() + " the end")
+    with pytest.raises(ConfigError, match=r"^inputs.text_sha256: the corpus .* \(changed since\)$"):
+        load_config(stored)
+    changed = load_config(config(a))
+    assert changed.inputs.text_sha256 != ca.inputs.text_sha256
+    assert fingerprint(changed.to_dict()) != fingerprint(ca.to_dict())
