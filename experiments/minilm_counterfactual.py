@@ -75,6 +75,7 @@ from simlab.engine import records  # noqa: E402
 from simlab.engine.results import seed_ci  # noqa: E402
 
 OUT = "minilm_counterfactual"
+DATA = Path(__file__).resolve().parents[1] / "figures" / "data"  # minilm_heads.py's sink data
 INPUTS = ("text", "ids")
 READS = ("layer", "last")
 LAMBDAS = (0.01, 1.0, 100.0)
@@ -126,14 +127,11 @@ def beta_for_entropy(frac, n: int):
 def sink_heads(root: Path) -> np.ndarray:
     """(layer, input, 2): each layer's strongest and weakest sink head per input kind, by the
     [CLS] + [SEP] mass (seed mean) of minilm_heads.py's committed data."""
-    d = root / "minilm_heads"
-    stats = json.loads((d / "meta.json").read_text())["stats"]
-    v = np.load(d / "results.npz")["values"]  # (layer, input, seed, head, stat)
-    mass = np.mean(v[..., stats.index("cls_mass")] + v[..., stats.index("sep_mass")], axis=2)
+    mass = _sink_mass(root)
     return np.stack([np.argmax(mass, -1), np.argmin(mass, -1)], axis=-1)
 
 
-def _knobs(items, sinks) -> dict:
+def _knobs(items, sinks, n_heads: int = N_HEADS) -> dict:
     """Stacked knob arrays for the softmax points `items` (dicts of conditions()); sinks: the
     (strongest, weakest) sink head of this layer and input."""
     from simlab.core.knobs import knob_arrays
@@ -144,7 +142,7 @@ def _knobs(items, sinks) -> dict:
         head = None if "sink" not in it else int(sinks[it["sink"]])
         k = knob_arrays({key: v for key, v in it.items() if key not in ("lambda", "sink")})
         k["k_scale"] = jnp.asarray(lam, k["k_scale"].dtype)
-        k["q_scale"] = jnp.asarray(head_scales(N_HEADS, head, lam), k["q_scale"].dtype)
+        k["q_scale"] = jnp.asarray(head_scales(n_heads, head, lam), k["q_scale"].dtype)
         pts.append(k)
     return _stack(pts)
 
@@ -184,7 +182,7 @@ def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
     ck, _, cls, sep, _, corpus = setup()
     assert ck.block(1).n_heads == N_HEADS
     layers = list(range(ck.n_layers)) if layers is None else list(layers)
-    sinks = sink_heads(root if (root / "minilm_heads").is_dir() else Path("figures/data"))
+    sinks = sink_heads(root if (root / "minilm_heads").is_dir() else DATA)
     soft_items = [c[2] for c in CONDITIONS if c[1] == "softmax"]
     n_soft = len(soft_items)
     shape = (len(layers), len(INPUTS), seeds, len(CONDITIONS))
@@ -259,5 +257,205 @@ def _stack(pts):
     return {name: jnp.stack([p[name] for p in pts]) for name in pts[0]}
 
 
+def _effect(x, y, scale: float, n_tok: int) -> tuple[str, str]:
+    """('mean +- half', verdict) of the per-seed difference x - y by the declared rule."""
+    d = x - y
+    lo, hi = (float(t) for t in seed_ci(d, -1))
+    mean = float(np.mean(d))
+    res = floor(n_tok, 384, float(np.mean(x)), float(np.mean(y)))
+    txt = f"{mean:+.4f} ± {(hi - lo) / 2:.4f}" if abs(mean) >= 1e-3 else f"{mean:+.1e}"
+    return txt, verdict(lo, hi, mean, scale, res)
+
+
+class _Data:
+    """The committed data of one input kind, with the declared effects."""
+
+    def __init__(self, v, inputs, n_tok):
+        self.v, self.inputs, self.n_tok = v, inputs, n_tok  # v: (layer, seed, cond, read, m)
+
+    def x(self, layer, cond, read="layer", measure="cos"):
+        m = [name for name, _ in MEASURES].index(measure)
+        return self.v[layer, :, NAMES.index(cond), READS.index(read), m]
+
+    def scale(self, layer, read, measure, ref) -> float:
+        if measure == "cos":
+            base = self.inputs[layer, :, 0] if read == "layer" else self.x(layer, ref, read)
+            return float(np.mean(1.0 - base))
+        return abs(float(np.mean(self.x(layer, ref, read, measure))))
+
+    def effect(self, layer, a, b, read="layer", measure="cos", ref="lambda 1"):
+        """a minus b, per seed; the scale from `ref` (the reference condition)."""
+        x, y = self.x(layer, a, read, measure), self.x(layer, b, read, measure)
+        return _effect(x, y, self.scale(layer, read, measure, ref), self.n_tok)
+
+
+def _cell(e) -> str:
+    return f"{e[0]} ({e[1]})"
+
+
+def _which(verdicts: list[str]) -> str:
+    groups = {}
+    for layer, v in enumerate(verdicts):
+        groups.setdefault(v, []).append(str(layer))
+    return "; ".join(f"{v} in {', '.join(ls)}" for v, ls in sorted(groups.items()))
+
+
+def untrained(root: Path) -> str:
+    """The untrained answer's sharpening effects (experiments/gallery_geometry.py's effect on
+    its committed data: uniform ids, N ~ |x|), one line."""
+    import gallery_geometry as gg
+
+    res = gg.load(root)["uniform"]
+    i = int(np.argmin(np.abs(np.asarray(res.axes["drift_norm"]) - gg.REGIMES[1][1])))
+    lam = res.axes["lambda"]
+    cfg = res.meta["config"]
+    parts = []
+    for metric, label in (
+        ("out_cos_gain", "added cosine"),
+        ("out_common_share", "common share"),
+        ("out_isoscore", "IsoScore"),
+        ("out_pc1_share", "top direction"),
+    ):
+        e = gg.effect(res, metric, i)
+        half = f"{e['half']:.4f}" if e["half"] >= 1e-3 else f"{e['half']:.1e}"
+        parts.append(f"{label} {gg.fmt(e['mean'])} ± {half} ({e['verdict']})")
+    return (
+        f"untrained BERT-base block at init ({cfg['inputs']['batch']} x "
+        f"{cfg['inputs']['length']} uniform ids, N = {gg.REGIMES[1][1]:g}, lambda "
+        f"{lam[-1]:g} minus {lam[0]:g}): " + "; ".join(parts)
+    )  # fmt: skip
+
+
+def main(root: Path) -> str:
+    d = root / OUT
+    meta = json.loads((d / "meta.json").read_text())
+    f = np.load(d / "results.npz")
+    values, ent, inputs = f["values"], f["entropy"], f["inputs"]
+    n_tok = meta["batch"] * meta["length"]
+    sinks = np.asarray(meta["sink_heads"])
+    hi, lo = f"lambda {LAMBDAS[-1]:g}", f"lambda {LAMBDAS[0]:g}"
+    t_diff = np.max(np.abs(values[:, :, :, NAMES.index(f"temperature {TEMPERATURES[0]:g}")]
+                           - values[:, :, :, NAMES.index(hi)]))  # fmt: skip
+    m_diff = max(
+        float(np.max(np.abs(np.mean(ent[:, :, :, NAMES.index(f"{c} at lambda 1")], -1)
+                            - np.mean(ent[:, :, :, NAMES.index("lambda 1")], -1))))
+        for c in CLAMPS
+    )  # fmt: skip
+    lines = [
+        f"Model {meta['model']}, each layer on its own (its input: the model's hidden state "
+        f"below it; the layers above unchanged), {meta['seeds']} seeds of {meta['batch']} x "
+        f"{meta['length']} tokens, text and drawn ids; the layer's attention at lambda = "
+        f"q_scale = k_scale {LAMBDAS[0]:g} / 1 / {LAMBDAS[-1]:g}, replaced by a clamp (uniform; "
+        "shared, token, other at the trained layer's entropy), one head clamped to uniform, a "
+        "branch removed; effects paired by seed, verdicts by the rule of "
+        f"experiments/gallery_geometry.py. Temperature {TEMPERATURES[0]:g} equals lambda "
+        f"{LAMBDAS[-1]:g} to {t_diff:.1e} (largest difference of any measure); the clamps' "
+        f"H / ln T equals the softmax's at lambda 1 to {m_diff:.1e}.",
+        "",
+    ]
+    verdicts = {}
+    for j, inp in enumerate(meta["inputs"]):
+        D = _Data(values[:, j], inputs[:, j], n_tok)
+        n_layers = values.shape[0]
+        lines += [
+            f"**{inp}, the layer's output** (H / ln T: the lowest head at lambda "
+            f"{LAMBDAS[0]:g} / the heads' mean at 1 / the highest head at {LAMBDAS[-1]:g}; "
+            "out_cos_gain = out cos - input cos; trained minus each clamp; sharpening lambda "
+            f"{LAMBDAS[-1]:g} - 1; flattening {LAMBDAS[0]:g} - 1):",
+            "",
+            "| layer | H / ln T | out_cos_gain | trained - uniform | trained - token | "
+            "trained - other | trained - shared | sharpening | flattening |",
+            "|---|" + "---|" * 8,
+        ]
+        for layer in range(n_layers):
+            e = ent[layer, j]  # (seed, cond, head)
+            h = (
+                float(np.min(np.mean(e[:, NAMES.index(lo)], 0))),
+                float(np.mean(e[:, NAMES.index("lambda 1")])),
+                float(np.max(np.mean(e[:, NAMES.index(hi)], 0))),
+            )
+            g1 = float(np.mean(D.x(layer, "lambda 1") - inputs[layer, j, :, 0]))
+            es = [D.effect(layer, "lambda 1", c) for c in ("uniform", *[f"{c} at lambda 1"
+                  for c in ("token", "other", "shared")])]  # fmt: skip
+            es += [D.effect(layer, hi, "lambda 1"), D.effect(layer, lo, "lambda 1")]
+            lines.append(
+                f"| {layer} | {h[0]:.3f} / {h[1]:.3f} / {h[2]:.1e} | {g1:+.4f} | "
+                + " | ".join(_cell(x) for x in es)
+                + " |"
+            )
+            verdicts.setdefault((inp, "uniform"), []).append(es[0][1])
+            verdicts.setdefault((inp, "token"), []).append(es[1][1])
+            verdicts.setdefault((inp, "sharpening"), []).append(es[4][1])
+        lines += [
+            "",
+            f"**{inp}, the last layer's output** (its cosine; the same conditions on the "
+            "studied layer; the branch removed: trained minus attn_gain 0 or mlp_gain 0, what "
+            "the branch adds):",
+            "",
+            "| layer | cos at lambda 1 | trained - uniform | trained - token | trained - shared "
+            "| sharpening | attention branch | MLP branch |",
+            "|---|" + "---|" * 7,
+        ]
+        for layer in range(n_layers):
+            c1 = float(np.mean(D.x(layer, "lambda 1", "last")))
+            es = [D.effect(layer, "lambda 1", c, "last") for c in ("uniform", "token at lambda 1",
+                  "shared at lambda 1")]  # fmt: skip
+            es += [D.effect(layer, hi, "lambda 1", "last")]
+            es += [D.effect(layer, "lambda 1", g, "last") for g in ("attn_gain 0", "mlp_gain 0")]
+            lines.append(f"| {layer} | {c1:.4f} | " + " | ".join(_cell(x) for x in es) + " |")
+            verdicts.setdefault((inp, "last sharpening"), []).append(es[3][1])
+        lines += [
+            "",
+            f"**{inp}, geometry of the layer's output** (trained minus uniform; sharpening; "
+            "the strongest sink head clamped to uniform minus trained):",
+            "",
+            "| layer | common share: trained - uniform | sharpening | IsoScore: trained - "
+            "uniform | sharpening | participation ratio: sharpening | top direction's share: "
+            "sharpening | sink head (mass) clamped, out_cos_gain | weakest sink head clamped |",
+            "|---|" + "---|" * 8,
+        ]
+        mass = _sink_mass(root)
+        for layer in range(n_layers):
+            es = [
+                D.effect(layer, "lambda 1", "uniform", measure="common_share", ref="uniform"),
+                D.effect(layer, hi, "lambda 1", measure="common_share"),
+                D.effect(layer, "lambda 1", "uniform", measure="isoscore", ref="uniform"),
+                D.effect(layer, hi, "lambda 1", measure="isoscore"),
+                D.effect(layer, hi, "lambda 1", measure="participation_ratio"),
+                D.effect(layer, hi, "lambda 1", measure="pc1_share"),
+                D.effect(layer, "strongest sink head uniform", "lambda 1"),
+                D.effect(layer, "weakest sink head uniform", "lambda 1"),
+            ]
+            s0, s1 = sinks[layer, j]
+            cells = [_cell(x) for x in es]
+            cells[6] = f"{s0} ({mass[layer, j, s0]:.2f}): " + cells[6]
+            cells[7] = f"{s1} ({mass[layer, j, s1]:.2f}): " + cells[7]
+            lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+            verdicts.setdefault((inp, "IsoScore sharpening"), []).append(es[3][1])
+            verdicts.setdefault((inp, "sink"), []).append(es[6][1])
+        lines.append("")
+    lines += ["**Read off the verdicts** (layers by verdict):", ""]
+    for inp in meta["inputs"]:
+        lines.append(
+            f"- {inp}: the layer's added cosine, trained attention against uniform: "
+            f"{_which(verdicts[inp, 'uniform'])}; against the token clamp at its own entropy: "
+            f"{_which(verdicts[inp, 'token'])}. Sharpening it: "
+            f"{_which(verdicts[inp, 'sharpening'])}; at the last layer: "
+            f"{_which(verdicts[inp, 'last sharpening'])}; on IsoScore: "
+            f"{_which(verdicts[inp, 'IsoScore sharpening'])}. Its strongest sink head "
+            f"clamped to uniform: {_which(verdicts[inp, 'sink'])}."
+        )
+    lines += ["", f"Beside the {untrained(root)}."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _sink_mass(root: Path) -> np.ndarray:
+    """(layer, input, head) [CLS] + [SEP] mass, seed mean (minilm_heads.py's data)."""
+    d = root / "minilm_heads"
+    stats = json.loads((d / "meta.json").read_text())["stats"]
+    v = np.load(d / "results.npz")["values"]
+    return np.mean(v[..., stats.index("cls_mass")] + v[..., stats.index("sep_mass")], axis=2)
+
+
 if __name__ == "__main__":
-    cli(run, lambda root: "")
+    cli(run, main)
