@@ -11,18 +11,22 @@ Declared before the run (committed with this script, before its data):
               the layer's input is the model's own hidden state below it (default knobs); the
               studied layer's attention or knobs change, nothing else; the layers above it run
               unchanged on its modified output;
-  inputs      per seed s (20 seeds, numpy Generator(s)): the first B = 4 of the 8 windows of
-              minilm_layers.py's seed s (smaller than the other MiniLM studies' 8 x 128 to fit
-              the CPU time this machine has: n = 512 tokens > d = 384, so the covariance
-              measures keep full rank), T = 128 tokens, [CLS] ... [SEP]: "text" (the standard
+  inputs      per seed s (20 seeds, numpy Generator(s)): the first B = 2 of the 8 windows of
+              minilm_layers.py's seed s, T = 128 tokens, [CLS] ... [SEP]: "text" (the standard
               library's docstrings through the model's tokenizer) and "ids" (uniform over the
-              vocabulary); the same windows for every condition (paired);
+              vocabulary); the same windows for every condition (paired). Amended before any
+              data was computed to the end or read (the first run, 4 windows and every condition
+              read at the last layer too, took 4.5 CPU minutes a seed on this shared machine and
+              was stopped at seed 6 unread): n = 256 tokens < d = 384, so the participation
+              ratio and IsoScore are those of a covariance of rank <= 255, compared only between
+              conditions on the same windows;
   conditions  on the studied layer (CONDITIONS below, in this order):
               lambda = q_scale = k_scale 0.01, 1 (the trained layer) and 100; the range moves
               every head from H / ln T = 1 to one-hot (printed per layer: the lowest head's
               H / ln T at lambda 0.01 and the highest head's at lambda 100);
-              temperature 1e-4 (logits q k / (sqrt(K) t): t is lambda^-2 exactly, so it must
-              equal lambda 100: printed as the largest difference);
+              temperature: t is lambda^-2 exactly (logits q k / (sqrt(K) t)); amended: not run
+              on the model (tests/checkpoints/test_minilm_counterfactual.py checks the layer at a
+              temperature against float64 numpy), to fit the CPU time;
               attn_gain 0 and mlp_gain 0 (the attention or the MLP branch removed);
               one head clamped to uniform (its queries multiplied by 0, so its logits are 0 and
               its weights exactly 1 / T; every other head unchanged): the layer's strongest sink
@@ -32,7 +36,9 @@ Declared before the run (committed with this script, before its data):
               "uniform", and "shared" / "token" / "other" at the entropy of the trained softmax,
               matched per seed: beta solved from the closed form H(beta) / ln T = the layer's
               mean H / ln T over heads and rows at lambda 1;
-  read        the layer's output ("layer") and the last layer's output ("last"): the global
+  read        the layer's output ("layer") for every condition, and the last layer's output
+              ("last") for lambda 1, lambda 100, uniform and token (LAST; amended: the others not,
+              to fit the CPU time; NaN in the data): the global
               mean pairwise cosine, within-sequence and centred cosine, the common share
               |hbar|^2 / mean |h|^2, the participation ratio and IsoScore of the centred
               covariance, the top direction's share (minilm_layers.layer_metrics); the layer's
@@ -79,19 +85,18 @@ DATA = Path(__file__).resolve().parents[1] / "figures" / "data"  # minilm_heads.
 INPUTS = ("text", "ids")
 READS = ("layer", "last")
 LAMBDAS = (0.01, 1.0, 100.0)
-TEMPERATURES = (1e-4,)
 GAINS = (("attn_gain", 0.0), ("mlp_gain", 0.0))
 SINKS = ("strongest sink", "weakest sink")
 CLAMPS = ("shared", "token", "other")
 MATCHED = (1.0,)  # the lambdas whose softmax entropy the clamps match
-N_HEADS, WINDOWS = 12, 4
+N_HEADS, WINDOWS = 12, 2
+LAST = ("lambda 1", f"lambda {LAMBDAS[-1]:g}", "uniform", "token at lambda 1")
 
 
 def conditions() -> list[tuple[str, str, dict, float | None]]:
     """(name, pattern, knobs, matched lambda) of every condition, in the stored order; knobs
     "sink" = i clamps the head sink_heads()[layer, input][i] to uniform (its queries times 0)."""
     out = [(f"lambda {lam:g}", "softmax", {"lambda": lam}, None) for lam in LAMBDAS]
-    out += [(f"temperature {t:g}", "softmax", {"temperature": t}, None) for t in TEMPERATURES]
     out += [(f"{k} {g:g}", "softmax", {k: g}, None) for k, g in GAINS]
     out += [(f"{k} head uniform", "softmax", {"sink": i}, None) for i, k in enumerate(SINKS)]
     out += [("uniform", "uniform", {}, None)]
@@ -147,10 +152,10 @@ def _knobs(items, sinks, n_heads: int = N_HEADS) -> dict:
     return _stack(pts)
 
 
-def layer_program(ck, layer: int, pattern: str):
-    """jit(vmap over knob points) of (reads of the layer's output, of the last output, per-head
-    H / ln T) for layer `layer` with attention `pattern`; weights and input are arguments (data,
-    never constants the compiler folds)."""
+def layer_program(ck, layer: int, pattern: str, last: bool = True):
+    """jit(vmap over knob points) of (reads of the layer's output, of the last output (NaN
+    unless `last`), per-head H / ln T) for layer `layer` with attention `pattern`; weights and
+    input are arguments (data, never constants the compiler folds)."""
     from simlab.core import block as blocks
     from simlab.core.knobs import knob_arrays
 
@@ -162,15 +167,17 @@ def layer_program(ck, layer: int, pattern: str):
         z = jnp.zeros((spec.n_heads, spec.d_head), x_BTD.dtype)
         lo = blocks.layer_apply(spec, p, x_BTD, knobs, z, z)
         y = lo.y
+        ent = jnp.mean(lo.row_entropy, axis=(0, 2)) / jnp.log(x_BTD.shape[1])
+        if not last:
+            out = layer_metrics(y)
+            return out, jnp.full_like(out, jnp.nan), ent
+        y_last = y
         if up is not None:
             zz = jnp.zeros((n_up, spec.n_heads, spec.d_head), x_BTD.dtype)
-            last = blocks.stack_apply(
+            y_last = blocks.stack_apply(
                 up, p_up, y, knob_arrays({}, y.dtype), zz, zz, observe=lambda l: ()
             )[0]
-        else:
-            last = y
-        ent = jnp.mean(lo.row_entropy, axis=(0, 2)) / jnp.log(x_BTD.shape[1])
-        return layer_metrics(y), layer_metrics(last), ent
+        return layer_metrics(y), layer_metrics(y_last), ent
 
     return jax.jit(jax.vmap(point, in_axes=(None, None, None, 0)))
 
@@ -183,23 +190,24 @@ def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
     assert ck.block(1).n_heads == N_HEADS
     layers = list(range(ck.n_layers)) if layers is None else list(layers)
     sinks = sink_heads(root if (root / "minilm_heads").is_dir() else DATA)
-    soft_items = [c[2] for c in CONDITIONS if c[1] == "softmax"]
-    n_soft = len(soft_items)
+    # the programs: (pattern, read the last layer) -> the condition indices they compute
+    groups = {}
+    for i, (name, pattern, _, _) in enumerate(CONDITIONS):
+        groups.setdefault((pattern, name in LAST), []).append(i)
     shape = (len(layers), len(INPUTS), seeds, len(CONDITIONS))
     values = np.zeros(shape + (len(READS), len(MEASURES)))
     entropy = np.zeros(shape + (N_HEADS,))
     inputs = np.zeros((len(layers), len(INPUTS), seeds, len(MEASURES)))
     betas = np.zeros((len(layers), len(INPUTS), seeds, len(MATCHED)))
-    i_match = [LAMBDAS.index(m) for m in MATCHED]
     progs, weights = {}, {}
     for layer in layers:
-        progs[layer] = {p: layer_program(ck, layer, p) for p in ("softmax", "uniform", *CLAMPS)}
+        progs[layer] = {g: layer_program(ck, layer, *g) for g in groups}
         up = range(layer + 1, ck.n_layers)
         weights[layer] = (
             jax.tree.map(lambda a: a[0], ck.stacked([layer])),
             ck.stacked(up) if len(up) else {},
         )
-    uniform = _stack([knob_arrays({})])
+    soft = [g for g in groups if g[0] == "softmax"]
     for s in range(seeds):
         win = draw_windows(np.random.default_rng(s), corpus, cls, sep, ck.vocab)
         for j, inp in enumerate(INPUTS):
@@ -207,22 +215,27 @@ def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
             for li, layer in enumerate(layers):
                 x, (p, p_up), prog = hs[layer], weights[layer], progs[layer]
                 inputs[li, j, s] = np.asarray(layer_metrics(x))
-                kn = _knobs(soft_items, sinks[layer, j])
-                a, b, h = prog["softmax"](p, p_up, x, kn)
-                values[li, j, s, :n_soft] = np.stack([np.asarray(a), np.asarray(b)], axis=1)
-                entropy[li, j, s, :n_soft] = np.asarray(h)
-                a, b, h = prog["uniform"](p, p_up, x, uniform)
-                values[li, j, s, n_soft] = np.stack([np.asarray(a), np.asarray(b)], axis=1)[0]
-                entropy[li, j, s, n_soft] = np.asarray(h)[0]
+                for g in soft + [g for g in groups if g[0] == "uniform"]:
+                    idx = groups[g]
+                    kn = _knobs([CONDITIONS[i][2] for i in idx], sinks[layer, j])
+                    if g[0] == "uniform":
+                        kn = _stack([knob_arrays({})])
+                    a, b, h = prog[g](p, p_up, x, kn)
+                    values[li, j, s, idx] = np.stack([np.asarray(a), np.asarray(b)], axis=1)
+                    entropy[li, j, s, idx] = np.asarray(h)
+                i_match = [NAMES.index(f"lambda {m:g}") for m in MATCHED]
                 frac = [float(np.mean(entropy[li, j, s, i])) for i in i_match]
                 betas[li, j, s] = beta_for_entropy(frac, LENGTH)
-                kn = _stack([knob_arrays({"pattern_beta": float(bt)}) for bt in betas[li, j, s]])
-                for name in CLAMPS:
-                    a, b, h = prog[name](p, p_up, x, kn)
-                    for m, lam in enumerate(MATCHED):
-                        k = NAMES.index(f"{name} at lambda {lam:g}")
-                        values[li, j, s, k] = np.stack([np.asarray(a[m]), np.asarray(b[m])])
-                        entropy[li, j, s, k] = np.asarray(h[m])
+                for g in groups:
+                    if g[0] in ("softmax", "uniform"):
+                        continue
+                    idx = groups[g]  # one per matched lambda
+                    lams = [CONDITIONS[i][3] for i in idx]
+                    bt = [float(betas[li, j, s, MATCHED.index(m)]) for m in lams]
+                    kn = _stack([knob_arrays({"pattern_beta": b_}) for b_ in bt])
+                    a, b, h = prog[g](p, p_up, x, kn)
+                    values[li, j, s, idx] = np.stack([np.asarray(a), np.asarray(b)], axis=1)
+                    entropy[li, j, s, idx] = np.asarray(h)
         print(f"seed {s + 1}/{seeds}", file=sys.stderr, flush=True)
     d = root / OUT
     d.mkdir(parents=True, exist_ok=True)
@@ -239,6 +252,7 @@ def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
         "reads": list(READS),
         "measures": [m for m, _ in MEASURES],
         "matched_lambdas": list(MATCHED),
+        "last_read": list(LAST),
         "sink_heads": sinks.tolist(),
         "dims": {
             "values": ["layer", "inputs", "seed", "condition", "read", "measure"],
@@ -334,8 +348,6 @@ def main(root: Path) -> str:
     n_tok = meta["batch"] * meta["length"]
     sinks = np.asarray(meta["sink_heads"])
     hi, lo = f"lambda {LAMBDAS[-1]:g}", f"lambda {LAMBDAS[0]:g}"
-    t_diff = np.max(np.abs(values[:, :, :, NAMES.index(f"temperature {TEMPERATURES[0]:g}")]
-                           - values[:, :, :, NAMES.index(hi)]))  # fmt: skip
     m_diff = max(
         float(np.max(np.abs(np.mean(ent[:, :, :, NAMES.index(f"{c} at lambda 1")], -1)
                             - np.mean(ent[:, :, :, NAMES.index("lambda 1")], -1))))
@@ -348,9 +360,8 @@ def main(root: Path) -> str:
         f"q_scale = k_scale {LAMBDAS[0]:g} / 1 / {LAMBDAS[-1]:g}, replaced by a clamp (uniform; "
         "shared, token, other at the trained layer's entropy), one head clamped to uniform, a "
         "branch removed; effects paired by seed, verdicts by the rule of "
-        f"experiments/gallery_geometry.py. Temperature {TEMPERATURES[0]:g} equals lambda "
-        f"{LAMBDAS[-1]:g} to {t_diff:.1e} (largest difference of any measure); the clamps' "
-        f"H / ln T equals the softmax's at lambda 1 to {m_diff:.1e}.",
+        f"experiments/gallery_geometry.py. The clamps' H / ln T equals the softmax's at lambda "
+        f"1 to {m_diff:.1e}.",
         "",
     ]
     verdicts = {}
