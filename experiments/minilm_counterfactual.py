@@ -277,7 +277,8 @@ def _effect(x, y, scale: float, n_tok: int) -> tuple[str, str]:
     lo, hi = (float(t) for t in seed_ci(d, -1))
     mean = float(np.mean(d))
     res = floor(n_tok, 384, float(np.mean(x)), float(np.mean(y)))
-    txt = f"{mean:+.4f} ± {(hi - lo) / 2:.4f}" if abs(mean) >= 1e-3 else f"{mean:+.1e}"
+    half = (hi - lo) / 2
+    txt = f"{mean:+.4f} ± {half:.4f}" if abs(mean) >= 1e-3 else f"{mean:+.1e} ± {half:.0e}"
     return txt, verdict(lo, hi, mean, scale, res)
 
 
@@ -399,62 +400,73 @@ def main(root: Path) -> str:
             verdicts.setdefault((inp, "sharpening"), []).append(es[4][1])
         lines += [
             "",
-            f"**{inp}, the last layer's output** (its cosine; the same conditions on the "
-            "studied layer; the branch removed: trained minus attn_gain 0 or mlp_gain 0, what "
-            "the branch adds):",
+            f"**{inp}, the last layer's output** (its cosine; the studied layer trained, "
+            "uniform, token at its entropy, sharpened; the layers above unchanged):",
             "",
-            "| layer | cos at lambda 1 | trained - uniform | trained - token | trained - shared "
-            "| sharpening | attention branch | MLP branch |",
-            "|---|" + "---|" * 7,
+            "| layer | cos at lambda 1 | trained - uniform | trained - token | sharpening |",
+            "|---|" + "---|" * 4,
         ]
         for layer in range(n_layers):
             c1 = float(np.mean(D.x(layer, "lambda 1", "last")))
-            es = [D.effect(layer, "lambda 1", c, "last") for c in ("uniform", "token at lambda 1",
-                  "shared at lambda 1")]  # fmt: skip
+            es = [D.effect(layer, "lambda 1", c, "last") for c in ("uniform", "token at lambda 1")]
             es += [D.effect(layer, hi, "lambda 1", "last")]
-            es += [D.effect(layer, "lambda 1", g, "last") for g in ("attn_gain 0", "mlp_gain 0")]
             lines.append(f"| {layer} | {c1:.4f} | " + " | ".join(_cell(x) for x in es) + " |")
-            verdicts.setdefault((inp, "last sharpening"), []).append(es[3][1])
+            verdicts.setdefault((inp, "last uniform"), []).append(es[0][1])
+            verdicts.setdefault((inp, "last sharpening"), []).append(es[2][1])
         lines += [
             "",
-            f"**{inp}, geometry of the layer's output** (trained minus uniform; sharpening; "
-            "the strongest sink head clamped to uniform minus trained):",
+            f"**{inp}, geometry of the layer's output** (trained minus uniform; sharpening):",
             "",
             "| layer | common share: trained - uniform | sharpening | IsoScore: trained - "
-            "uniform | sharpening | participation ratio: sharpening | top direction's share: "
-            "sharpening | sink head (mass) clamped, out_cos_gain | weakest sink head clamped |",
+            "uniform | sharpening | participation ratio: trained - uniform | sharpening | top "
+            "direction's share: trained - uniform | sharpening |",
             "|---|" + "---|" * 8,
+        ]
+        for layer in range(n_layers):
+            es = []
+            for m in ("common_share", "isoscore", "participation_ratio", "pc1_share"):
+                es += [
+                    D.effect(layer, "lambda 1", "uniform", measure=m, ref="uniform"),
+                    D.effect(layer, hi, "lambda 1", measure=m),
+                ]
+            lines.append(f"| {layer} | " + " | ".join(_cell(x) for x in es) + " |")
+            verdicts.setdefault((inp, "IsoScore sharpening"), []).append(es[3][1])
+        lines += [
+            "",
+            f"**{inp}, branches and heads at the layer's output** (out_cos_gain; a branch: "
+            "trained minus the branch removed, what it adds; a head (its [CLS] + [SEP] mass): "
+            "clamped to uniform minus trained):",
+            "",
+            "| layer | attention branch | MLP branch | strongest sink head | weakest sink head |",
+            "|---|" + "---|" * 4,
         ]
         mass = _sink_mass(root)
         for layer in range(n_layers):
             es = [
-                D.effect(layer, "lambda 1", "uniform", measure="common_share", ref="uniform"),
-                D.effect(layer, hi, "lambda 1", measure="common_share"),
-                D.effect(layer, "lambda 1", "uniform", measure="isoscore", ref="uniform"),
-                D.effect(layer, hi, "lambda 1", measure="isoscore"),
-                D.effect(layer, hi, "lambda 1", measure="participation_ratio"),
-                D.effect(layer, hi, "lambda 1", measure="pc1_share"),
+                D.effect(layer, "lambda 1", "attn_gain 0"),
+                D.effect(layer, "lambda 1", "mlp_gain 0"),
                 D.effect(layer, "strongest sink head uniform", "lambda 1"),
                 D.effect(layer, "weakest sink head uniform", "lambda 1"),
             ]
-            s0, s1 = sinks[layer, j]
             cells = [_cell(x) for x in es]
-            cells[6] = f"{s0} ({mass[layer, j, s0]:.2f}): " + cells[6]
-            cells[7] = f"{s1} ({mass[layer, j, s1]:.2f}): " + cells[7]
+            for c, h in ((2, sinks[layer, j, 0]), (3, sinks[layer, j, 1])):
+                cells[c] = f"{h} ({mass[layer, j, h]:.2f}): " + cells[c]
             lines.append(f"| {layer} | " + " | ".join(cells) + " |")
-            verdicts.setdefault((inp, "IsoScore sharpening"), []).append(es[3][1])
-            verdicts.setdefault((inp, "sink"), []).append(es[6][1])
+            verdicts.setdefault((inp, "sink"), []).append(es[2][1])
+            verdicts.setdefault((inp, "attention branch"), []).append(es[0][1])
         lines.append("")
     lines += ["**Read off the verdicts** (layers by verdict):", ""]
     for inp in meta["inputs"]:
         lines.append(
             f"- {inp}: the layer's added cosine, trained attention against uniform: "
             f"{_which(verdicts[inp, 'uniform'])}; against the token clamp at its own entropy: "
-            f"{_which(verdicts[inp, 'token'])}. Sharpening it: "
+            f"{_which(verdicts[inp, 'token'])}; at the last layer, against uniform: "
+            f"{_which(verdicts[inp, 'last uniform'])}. Sharpening it: "
             f"{_which(verdicts[inp, 'sharpening'])}; at the last layer: "
-            f"{_which(verdicts[inp, 'last sharpening'])}; on IsoScore: "
+            f"{_which(verdicts[inp, 'last sharpening'])}; on the layer's IsoScore: "
             f"{_which(verdicts[inp, 'IsoScore sharpening'])}. Its strongest sink head "
-            f"clamped to uniform: {_which(verdicts[inp, 'sink'])}."
+            f"clamped to uniform: {_which(verdicts[inp, 'sink'])}. The attention branch's own "
+            f"addition: {_which(verdicts[inp, 'attention branch'])}."
         )
     lines += ["", f"Beside the {untrained(root)}."]
     return "\n".join(lines).rstrip() + "\n"
