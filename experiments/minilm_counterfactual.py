@@ -19,7 +19,9 @@ Declared before the run (committed with this script, before its data):
               read at the last layer too, took 4.5 CPU minutes a seed on this shared machine and
               was stopped at seed 6 unread): n = 256 tokens < d = 384, so the participation
               ratio and IsoScore are those of a covariance of rank <= 255, compared only between
-              conditions on the same windows;
+              conditions on the same windows. Not blind: before this protocol was committed,
+              two trial runs were printed and seen (one layer and seed of an earlier
+              34-condition draft; layer 5, seed 0 of the first 12-condition protocol);
   conditions  on the studied layer (CONDITIONS below, in this order):
               lambda = q_scale = k_scale 0.01, 1 (the trained layer) and 100; the range moves
               every head from H / ln T = 1 to one-hot (printed per layer: the lowest head's
