@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # The benchmark run the README's performance table shows (a quiet machine: docs/performance.md).
-RUN = ROOT / "benchmarks" / "results" / "cpu-20261201-123043.json"
+RUN = ROOT / "benchmarks" / "results" / "cpu-20261207-033112.json"
 PEERS = ("P1", "P2", "P3", "P4", "P5")
 MARK = "(python experiments/readme_numbers.py; do not edit by hand)"
 
