@@ -19,6 +19,7 @@ import pytest
 from simlab import testing
 from simlab.core import block, patterns, tiled
 from simlab.core.init import init_params
+from simlab.core.inputs import INPUTS
 from simlab.core.knobs import knob_arrays, knob_defaults
 from simlab.core.lab import Lab
 from simlab.core.metrics import METRICS
@@ -88,11 +89,18 @@ def test_attend_closed_form_vs_full_weights():
 
 # ------------------------------------------------------------------------------ the Lab
 NAMES = tuple(METRICS)  # every metric, the decomposition ones included
+
+
+def names_for(kind: str) -> tuple[str, ...]:
+    """Every metric an input kind can have: those splitting by token type need its ids."""
+    return tuple(n for n in NAMES if INPUTS[kind].ids is not None or "ids" not in METRICS[n].reads)
+
+
 CASES = [
     testing.Case(
         testing.small_block(kind, causal=causal, qk_norm=qk, pattern=pattern),
         testing.small_inputs(inputs),
-        NAMES,
+        names_for(inputs),
     )
     for kind, causal, qk, pattern, inputs in (
         ("post_ln", False, "none", "shared", "gaussian"),
