@@ -51,7 +51,7 @@ import simlab
 from simlab.engine.results import seed_ci
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gallery_geometry import MATERIAL, floor, verdict  # noqa: E402  (the rule, one copy)
+from gallery_geometry import MATERIAL, resolution, verdict  # noqa: E402  (the rule, one copy)
 
 DRIFTS = (0.01, 0.5, 10.0)
 METRICS = (("out_cos_gain", "global"), ("out_cos_within_gain", "within-sequence"))
@@ -62,14 +62,6 @@ def room(res, metric: str, *index) -> float:
     """The room an added anisotropy has: mean over seeds of 1 - the input's cosine (global for
     out_cos_gain, within-sequence for out_cos_within_gain) at `index` (before the seed axis)."""
     return float(np.mean(1.0 - res[ROOM.get(metric, "input_cos")][index]))
-
-
-def resolution(res, a, b) -> float:
-    """The declared float32 floor for a change from a to b (per-seed arrays) of a sweep's
-    metric: gallery_geometry.floor with the sweep's n = B T tokens and d_model."""
-    cfg = res.meta["config"]
-    n = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
-    return floor(n, cfg["block"]["d_model"], float(np.mean(a)), float(np.mean(b)))
 
 
 def ci_text(x: np.ndarray) -> str:

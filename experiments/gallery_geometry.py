@@ -102,6 +102,14 @@ def _i(values, x) -> int:
     return int(np.argmin(np.abs(np.asarray(values) - x)))
 
 
+def resolution(res, a, b) -> float:
+    """The declared floor F for a change from a to b (per-seed arrays) of a sweep's metric, with
+    the sweep's n = B T tokens and d_model."""
+    cfg = res.meta["config"]
+    n = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
+    return floor(n, cfg["block"]["d_model"], float(np.mean(a)), float(np.mean(b)))
+
+
 def effect(res, metric: str, i: int, layer: int | None = None) -> dict:
     """Sharpening's effect on `metric` at drift index i (the first and last lambda), with its
     sizes and verdict; for a stack (a layer axis after the seeds) at layer `layer`. The
@@ -113,9 +121,7 @@ def effect(res, metric: str, i: int, layer: int | None = None) -> dict:
         a, b = a[..., layer], b[..., layer]
     d = b - a
     lo, hi = (float(v) for v in seed_ci(d, -1))
-    cfg = res.meta["config"]
-    n_tok = cfg["inputs"]["batch"] * cfg["inputs"]["length"]
-    res_f = floor(n_tok, cfg["block"]["d_model"], float(np.mean(a)), float(np.mean(b)))
+    res_f = resolution(res, a, b)
     if metric == "out_cos_gain" or (metric == "out_cos" and layer is not None):
         x0 = res["input_cos"][i, 0]
         if layer is not None:  # a layer's gain: its own input's room; out_cos: the stack's
@@ -131,6 +137,7 @@ def effect(res, metric: str, i: int, layer: int | None = None) -> dict:
         "rel": mean / float(np.mean(a)) if np.mean(a) != 0 else math.nan,
         "verdict": verdict(lo, hi, mean, scale, res_f),
         "floor": res_f,
+        "scale": scale,
     }
 
 
@@ -302,10 +309,8 @@ def _row(res, i: int, layer: int | None = None) -> tuple[list[str], str]:
     e = {m: effect(res, m, i, layer) for m in REFEREE_ROWS}
     cells = []
     for m in REFEREE_ROWS:
-        if m == "out_cos_gain":
-            x0 = res["input_cos"][i, 0]
-            room = float(np.mean(1.0 - (x0 if layer is None else x0[..., layer])))
-            size = f"{e[m]['mean'] / room:+.1%} of the room"
+        if m == "out_cos_gain":  # its scale is the room its input leaves (effect)
+            size = f"{e[m]['mean'] / e[m]['scale']:+.1%} of the room"
         else:
             size = f"{e[m]['rel']:+.1%}"
         cells.append(f"{fmt(e[m]['mean'])} ({size}, {e[m]['verdict']})")
@@ -341,10 +346,12 @@ def referee(root: Path) -> str:
         head,
         "|---|---|---|---|---|---|---|---|",
     ]
+    seen = []  # every case's "cosine vs covariance", for the count below
     for v, label in WIRINGS:
         res = data[v]
         for _, nn in REGIMES:
             cells, views = _row(res, _i(res.axes["drift_norm"], nn))
+            seen.append(views)
             lines.append(f"| {label} | {nn:g} | " + " | ".join(cells) + f" | {views} |")
     n_layers = depth["out_cos"].shape[-1]
     shown = sorted({0, n_layers // 2 - 1, n_layers - 1})
@@ -359,19 +366,14 @@ def referee(root: Path) -> str:
     for _, nn in REGIMES:
         for k in shown:
             cells, views = _row(depth, _i(depth.axes["drift_norm"], nn), k)
+            seen.append(views)
             lines.append(f"| {k + 1} | {nn:g} | " + " | ".join(cells) + f" | {views} |")
     lines += ["", "**Read off the verdicts:**", ""]
-    agree = opposite = cos_only = cov_only = 0
-    total = 0
-    for res, layers in [(data[v], [None]) for v, _ in WIRINGS] + [(depth, shown)]:
-        for _, nn in REGIMES:
-            for k in layers:
-                views = _row(res, _i(res.axes["drift_norm"], nn), k)[1]
-                total += 1
-                agree += views == "the two views agree"
-                opposite += views == "the two views point opposite ways"
-                cos_only += views == "only the cosine moves materially"
-                cov_only += views == "only the covariance moves materially"
+    total = len(seen)
+    agree = seen.count("the two views agree")
+    opposite = seen.count("the two views point opposite ways")
+    cos_only = seen.count("only the cosine moves materially")
+    cov_only = seen.count("only the covariance moves materially")
     none = total - agree - opposite - cos_only - cov_only
     lines.append(
         f"- of the {total} cases above, the cosine gain and the participation ratio read the "
