@@ -80,7 +80,7 @@ def run(root: Path, layers=None, seeds: int = SEEDS) -> None:
             for s in range(seeds):
                 # the points are the same program for every window set: only the seed state
                 # (the layer's input, from these windows) differs
-                w = ck.at(layer, ids=windows[s][inp])
+                w = ck.at(layer, ids=windows[s][inp])  # one Weights: its lower layers once
                 a = soft(Lab(ck.block(1), spec, METRICS, weights=w).seed_state(key), grid)
                 lab_u = Lab(ck.block(1, pattern="uniform"), spec, METRICS, weights=w)
                 b = unif(lab_u.seed_state(key), one)

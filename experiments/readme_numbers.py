@@ -5,12 +5,14 @@
   sums its parts), for experiment 1 (figures/data/paper), for everything under figures/data
   (the paper's sizes) and under figures/quick/data (`--quick`);
 - "performance": the PyTorch-peer workloads P1-P5 of the benchmark run the README cites
-  (RUN, a JSON file of `simlab bench`), as simlab.studies.bench.report formats them.
+  (RUN, a JSON file of `simlab bench`), as simlab.studies.bench.report formats them;
+- "performance-m1" (README.md, its verdict) and "m1-row" (docs/performance.md, its table): M1,
+  the counterfactual sweep on a trained layer against the HF hooks peer, from its run (RUN_M1).
 
-    python experiments/readme_numbers.py            rewrite the blocks in README.md
+    python experiments/readme_numbers.py            rewrite the blocks in README.md and docs
     python experiments/readme_numbers.py --print    print them
 
-tests/test_docs.py checks that README.md carries them character for character.
+tests/test_docs.py checks that the files carry them character for character.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # The benchmark run the README's performance table shows (a quiet machine: docs/performance.md).
 RUN = ROOT / "benchmarks" / "results" / "cpu-20261207-033112.json"
+# M1's run (simlab bench --only M1, a quiet machine)
+RUN_M1 = ROOT / "benchmarks" / "results" / "cpu-20261207-043802.json"
+PERFORMANCE = ROOT / "docs" / "performance.md"
 PEERS = ("P1", "P2", "P3", "P4", "P5")
 MARK = "(python experiments/readme_numbers.py; do not edit by hand)"
 
@@ -63,19 +68,23 @@ def wall_times(full: Path, quick: Path) -> str:
     )
 
 
-def performance(run: Path) -> str:
+def performance(run: Path, names=PEERS) -> str:
+    """The workloads `names` of a benchmark run's JSON as its table, under a line naming the
+    command, the date, the machine and the versions (torch's where the HF peer ran)."""
     from simlab.studies.bench import report
 
     rec = json.loads(run.read_text())
     peers = [
         {k: v for k, v in w.items() if k != "stages"}
         for w in rec["workloads"]
-        if w["name"] in PEERS
+        if w["name"] in names
     ]
     m = rec["machine"]
+    torch = {w["hooks"]["torch"] for w in peers if w.get("hooks")}
     head = (
         f"`{rec['command']}`, {rec['date'][:10]}, {m['cpu']} ({m['cores']} cores), jax "
-        f"{m['jax']}; JSON `{run.relative_to(ROOT)}`:\n\n"
+        f"{m['jax']}{''.join(f', torch {t}' for t in sorted(torch))}; JSON "
+        f"`{run.relative_to(ROOT)}`:\n\n"
     )
     table = report.format_table({**rec, "workloads": peers}).strip("\n")
     while "\n\n\n" in table:
@@ -88,15 +97,36 @@ def main(root: Path = ROOT) -> dict[str, str]:
     return {
         "wall-times": wall_times(root / "figures" / "data", root / "figures" / "quick" / "data"),
         "performance": performance(RUN),
+        "performance-m1": m1_summary(RUN_M1),
     }
 
 
-def render(text: str, blocks: dict[str, str]) -> str:
-    """`text` with each block between its markers replaced."""
+def m1_summary(run: Path) -> str:
+    """M1's verdict line from its run, with the times it compares (the README's short form of
+    docs/performance.md's m1-row block)."""
+    from simlab.studies.bench import report
+
+    rec = json.loads(run.read_text())
+    w = next(w for w in rec["workloads"] if w["name"] == "M1")
+    return (
+        f"`{rec['command']}`, {rec['date'][:10]}, JSON `{run.relative_to(ROOT)}`: simlab "
+        f"{w['simlab']['steady_s']:.3g} s in steady state (compile {w['simlab']['compile_s']:.2g} "
+        f"s), the HF hooks peer {w['hooks']['model_s']:.3g} s (whole model) and "
+        f"{w['hooks']['layer_s']:.3g} s (layer only). {report._hooks_verdict(w)}\n"
+    )
+
+
+def docs_blocks() -> dict[str, str]:
+    """docs/performance.md's printed blocks (without their markers)."""
+    return {"m1-row": performance(RUN_M1, ("M1",))}
+
+
+def render(text: str, blocks: dict[str, str], where: Path = README) -> str:
+    """`text` (of the file `where`) with each block between its markers replaced."""
     for name, block in blocks.items():
         begin, end = f"<!-- {name}:begin {MARK} -->", f"<!-- {name}:end -->"
         if text.count(begin) != 1 or text.count(end) != 1:
-            raise ValueError(f"{README}: needs one {begin} and one {end}")
+            raise ValueError(f"{where}: needs one {begin} and one {end}")
         head, rest = text.split(begin)
         _, tail = rest.split(end)
         text = f"{head}{begin}\n{block}{end}{tail}"
@@ -104,9 +134,11 @@ def render(text: str, blocks: dict[str, str]) -> str:
 
 
 if __name__ == "__main__":
-    blocks = main()
+    files = {README: main(), PERFORMANCE: docs_blocks()}
     if "--print" in sys.argv[1:]:
-        for name, block in blocks.items():
-            print(f"<!-- {name}:begin {MARK} -->\n{block}<!-- {name}:end -->")
+        for blocks in files.values():
+            for name, block in blocks.items():
+                print(f"<!-- {name}:begin {MARK} -->\n{block}<!-- {name}:end -->")
     else:
-        README.write_text(render(README.read_text(), blocks))
+        for path, blocks in files.items():
+            path.write_text(render(path.read_text(), blocks, path))

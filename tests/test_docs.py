@@ -56,14 +56,17 @@ def test_design_pictures_are_drawn_from_the_code():
 
 
 def test_readme_numbers_are_printed_from_the_data():
-    """README.md's wall times and performance table are what experiments/readme_numbers.py
-    prints from the committed meta.json files and benchmark JSON, character for character;
+    """README.md's wall times and performance tables (and docs/performance.md's M1 row) are what
+    experiments/readme_numbers.py prints from the committed meta.json files and benchmark JSON,
+    character for character;
     the wall times are the meta.json sums (a grown sweep counted once, by its own meta.json)."""
     from conftest import experiment_script
 
     script = experiment_script("readme_numbers")
     text = (ROOT / "README.md").read_text()
     assert script.render(text, script.main()) == text, "run: python experiments/readme_numbers.py"
+    perf = script.PERFORMANCE.read_text()
+    assert script.render(perf, script.docs_blocks(), script.PERFORMANCE) == perf
     total, n = script.wall_time(ROOT / "figures" / "data" / "paper_refined")
     meta = json.loads((ROOT / "figures" / "data" / "paper_refined" / "meta.json").read_text())
     assert (total, n) == (meta["wall_time_s"], 1)

@@ -11,6 +11,7 @@ for a Lab; `embed(ids)` makes the architecture's input embeddings of token ids;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import pathlib
 import re
@@ -27,6 +28,7 @@ from simlab.core import geometry
 from simlab.core.inputs import INPUTS
 from simlab.core.knobs import knob_arrays
 from simlab.core.spec import BlockSpec, InputSpec
+from simlab.core.tiled import choose_tiling
 from simlab.errors import ConfigError
 
 # the tokenizer of a checkpoint folder (read by the input kind "text", simlab.checkpoints.inputs)
@@ -51,6 +53,8 @@ class Checkpoint:
     vocab: int
     max_positions: int  # 0: no limit (rotary positions)
     tokenizer_json: str | None = None  # its tokenizer.json's text (None: read from the folder)
+    # dtype name -> (params, tables) as jax arrays, made on first use (on_device)
+    _device: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def tokenizer_text(self) -> str | None:
         """The text of its tokenizer.json: the one held (tokenizer_json), else read from its
@@ -86,6 +90,17 @@ class Checkpoint:
             )
         return r
 
+    def on_device(self, dtype=None) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+        """(params, tables) as jax arrays of `dtype` (None: jax's default float dtype), made
+        once per dtype and kept (a second copy of the weights), so that a loop over window
+        sets does not copy the weights again at every call."""
+        dtype = jnp.dtype(jnp.result_type(float) if dtype is None else dtype)
+        if dtype.name not in self._device:
+            self._device[dtype.name] = tuple(
+                {n: jnp.asarray(a, dtype) for n, a in m.items()} for m in (self.params, self.tables)
+            )
+        return self._device[dtype.name]
+
     def stacked(self, layers, dtype=None) -> dict[str, jax.Array]:
         """The weights of a contiguous range of layers, stacked (L, ...), as jax arrays of
         `dtype` (None: jax's default float dtype)."""
@@ -115,9 +130,11 @@ class Checkpoint:
 
     def embed(self, ids_BT, dtype=None) -> jax.Array:
         """The architecture's input embeddings of token ids (B, T) -> (B, T, D)."""
-        dtype = jnp.result_type(float) if dtype is None else dtype
-        tables = {n: jnp.asarray(a, dtype) for n, a in self.tables.items()}
-        return ARCHITECTURES[self.architecture].embed(tables, jnp.asarray(ids_BT), self.fields)
+        if isinstance(ids_BT, jax.core.Tracer):  # inside a program: traced with it
+            dtype = jnp.result_type(float) if dtype is None else dtype
+            tables = {n: jnp.asarray(a, dtype) for n, a in self.tables.items()}
+            return ARCHITECTURES[self.architecture].embed(tables, ids_BT, self.fields)
+        return _embed(self.architecture, self.fields, self.on_device(dtype)[1], ids_BT)
 
     def hidden_states(self, ids_BT, layers=None, dtype=None) -> list[jax.Array]:
         """[input of the first layer of `layers`, then each layer's output] for token ids (the
@@ -197,6 +214,8 @@ class Weights:
     layers: range
     ids: np.ndarray | None = None
     source: object = None  # the resolved [checkpoint] table these came from (None: given)
+    # hidden(ids) of the fixed ids per dtype, once (fixed_hidden)
+    _fixed: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def check(self, block, inputs) -> None:
         """Refuse a block or input spec these weights cannot run, naming the field."""
@@ -243,6 +262,16 @@ class Weights:
         x = self.checkpoint.embed(ids_BT, dtype)
         return run(self.checkpoint, x, range(0, self.layers.start))
 
+    def fixed_hidden(self, dtype) -> np.ndarray:
+        """hidden(ids) of the fixed ids, evaluated now (never traced: XLA would constant-fold
+        the lower layers, a minute per layer at BERT's size) and kept per dtype, so that every
+        Lab on these Weights (a softmax one and a clamped one, say) shares one evaluation."""
+        key = jnp.dtype(dtype).name
+        if key not in self._fixed:
+            with jax.ensure_compile_time_eval():
+                self._fixed[key] = np.asarray(self.hidden(jnp.asarray(self.ids), dtype))
+        return self._fixed[key]
+
     def identity(self) -> dict:
         """The checkpoint's identity (file hashes), the layers and the fixed ids (a hash)."""
         out = {**self.checkpoint.identity(), "layers": [self.layers.start, self.layers.stop - 1]}
@@ -253,22 +282,45 @@ class Weights:
 
 
 def run(ckpt: Checkpoint, x_BTD, layers) -> jax.Array:
-    """x through `layers` of the checkpoint with default knobs (plain attention)."""
+    """x through `layers` of the checkpoint with default knobs (softmax attention). One compiled
+    program per block spec and shapes (`_stack`): the weights are its arguments, never
+    constants, so a new checkpoint or window set of the same sizes reuses it, and run eagerly
+    (fixed ids, simlab.checkpoints.inputs) the layers cost one call, not one dispatch per op."""
     if not len(layers):
         return x_BTD
     r = ckpt.layer_range(layers)
     spec = ckpt.block(len(r))
-    z = jnp.zeros((len(r), spec.n_heads, spec.d_head), x_BTD.dtype)
+    if isinstance(x_BTD, jax.core.Tracer):  # inside a program: traced with it, as constants
+        return _stack_fn(spec, 0, ckpt.stacked(r, x_BTD.dtype), x_BTD)
+    return _stack(spec, r.start, ckpt.on_device(x_BTD.dtype)[0], x_BTD)
+
+
+def _embed(architecture: str, fields: Mapping, tables, ids_BT) -> jax.Array:
+    """The architecture's embeddings, one compiled program per architecture, settings and
+    shapes (the tables its arguments)."""
+    return _embed_jit(architecture, tuple(sorted(fields.items())), tables, jnp.asarray(ids_BT))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _embed_jit(architecture: str, fields: tuple, tables, ids_BT) -> jax.Array:
+    return ARCHITECTURES[architecture].embed(tables, ids_BT, dict(fields))
+
+
+def _stack_fn(spec: BlockSpec, start: int, params_L, x_BTD) -> jax.Array:
+    """x through layers start .. start + spec.depth - 1 of the stacked `params_L` (the tiled
+    attention, simlab.core.tiled, tiles from the sizes)."""
+    params_L = jax.tree.map(lambda a: a[start : start + spec.depth], params_L)
+    z = jnp.zeros((spec.depth, spec.n_heads, spec.d_head), x_BTD.dtype)
+    knobs = knob_arrays({}, x_BTD.dtype)
+    b, t = x_BTD.shape[:2]
+    tiling = choose_tiling(b, t, spec.n_heads, t)
     y, _ = blocks.stack_apply(
-        spec,
-        ckpt.stacked(r, x_BTD.dtype),
-        x_BTD,
-        knob_arrays({}, x_BTD.dtype),
-        z,
-        z,
-        observe=lambda l: (),
+        spec, params_L, x_BTD, knobs, z, z, observe=lambda l: (), tiling=tiling
     )
     return y
+
+
+_stack = jax.jit(_stack_fn, static_argnums=(0, 1))
 
 
 def _architecture(c: Config):

@@ -40,13 +40,10 @@ def _tokens_noise(spec, d: int) -> dict:
 
 def _tokens(spec, d: int, z: dict, t_key, weights) -> dict:
     if weights.ids is not None:
-        # fixed ids and fixed weights: the lower layers are evaluated here, once (traced, XLA
-        # would constant-fold them at compile time: a minute per layer at BERT's size), and
-        # reach the compiled program as data from a host callback, not as a constant that
-        # grows with the ids (tests/checkpoints/test_text.py)
-        with jax.ensure_compile_time_eval():
-            x = np.asarray(weights.hidden(jnp.asarray(weights.ids), z["u_b"].dtype))
-        return {"x": _from_host(x)}
+        # fixed ids and fixed weights: the lower layers are evaluated once per Weights
+        # (Weights.fixed_hidden) and reach the compiled program as data from a host callback,
+        # not as a constant that grows with the ids (tests/checkpoints/test_text.py)
+        return {"x": _from_host(weights.fixed_hidden(z["u_b"].dtype), z["u_b"])}
     return {"x": weights.hidden(_tokens_ids(spec, z, t_key, weights), z["u_b"].dtype)}
 
 
@@ -54,12 +51,15 @@ def _tokens_ids(spec, z: dict, t_key, weights) -> jax.Array:
     """The ids the tokens are embeddings of: the Weights' fixed ones (as data), or drawn per
     seed."""
     if weights.ids is not None:
-        return _from_host(np.asarray(weights.ids))
+        return _from_host(np.asarray(weights.ids), z["ids"])
     return token_ids(spec, noise={"ids": z["ids"]})
 
 
-def _from_host(a: np.ndarray) -> jax.Array:
-    """`a` inside a traced program as the result of a host callback: data, not a constant."""
+def _from_host(a: np.ndarray, like: jax.Array) -> jax.Array:
+    """`a` inside a traced program (`like` a tracer) as the result of a host callback: data,
+    not a constant; evaluated eagerly, simply `a` as a jax array."""
+    if not isinstance(like, jax.core.Tracer):
+        return jnp.asarray(a)
     out = jax.ShapeDtypeStruct(a.shape, a.dtype)
     return jax.pure_callback(lambda: a, out, vmap_method="sequential")
 

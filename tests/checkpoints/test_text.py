@@ -256,3 +256,47 @@ def test_the_text_enters_the_fingerprint_not_where_it_lies(tmp_path):
     changed = load_config(config(a))
     assert changed.inputs.text_sha256 != ca.inputs.text_sha256
     assert fingerprint(changed.to_dict()) != fingerprint(ca.to_dict())
+
+
+def test_two_labs_on_one_weights_evaluate_the_lower_layers_once(ck, monkeypatch):
+    """Weights.fixed_hidden: a softmax Lab and a clamped Lab on one Weights (the counterfactual
+    sweep's pair) evaluate the lower layers once, and each seed state's input is exactly those
+    hidden states; eagerly the input is the array itself (no host callback to compile)."""
+    from simlab.checkpoints import checkpoint
+
+    calls = []
+    hidden = checkpoint.Weights.hidden
+    monkeypatch.setattr(
+        checkpoint.Weights, "hidden", lambda self, *a: calls.append(1) or hidden(self, *a)
+    )
+    ids = np.random.default_rng(3).integers(0, 100, (3, 12))
+    s = InputSpec(kind="tokens", batch=3, length=12, vocab=100)
+    w = ck.at([1], ids)
+    labs = [Lab(ck.block(1, pattern=p), s, ["out_cos"], weights=w) for p in ("softmax", "uniform")]
+    xs = [lab.seed_state(jax.random.PRNGKey(k))["comps"]["x"] for k, lab in enumerate(labs)]
+    assert len(calls) == 1
+    want = ck.hidden_states(ids, layers=[1])[0]
+    for x in xs:
+        np.testing.assert_array_equal(x, want)
+
+
+def test_lower_layers_run_eagerly_equal_them_traced_and_compile_once(ck):
+    """simlab.checkpoints.checkpoint.run: eagerly one compiled program with the weights as its
+    arguments (reused for new ids and a new load of the same sizes), traced the same layers as
+    constants of the caller's program; both equal to float32 rounding, and to float64."""
+    from simlab.checkpoints import checkpoint
+
+    ids = [np.random.default_rng(i).integers(0, 100, (2, 12)) for i in range(3)]
+    w = ck.at([1])
+    eager = [np.asarray(w.hidden(jnp.asarray(i))) for i in ids]
+    n = checkpoint._stack._cache_size()
+    w2 = load(BERT).at([1])  # a new load: new arrays, the same program
+    again = np.asarray(w2.hidden(jnp.asarray(ids[0])))
+    assert checkpoint._stack._cache_size() == n
+    np.testing.assert_array_equal(again, eager[0])
+    traced = jax.jit(lambda i: w.hidden(i))
+    for i, e in zip(ids, eager):
+        np.testing.assert_allclose(traced(jnp.asarray(i)), e, rtol=1e-5, atol=1e-5)
+    with jax.enable_x64(True):
+        e64 = np.asarray(w.hidden(jnp.asarray(ids[0]), jnp.float64))
+    np.testing.assert_allclose(eager[0], e64, rtol=1e-4, atol=1e-5)

@@ -98,6 +98,47 @@ def test_quick_m1_writes_its_row(tmp_path):
     m1 = json.loads(path.read_text())["workloads"][0]
     assert m1["name"] == "M1" and m1["layer"] == 1 and m1["points"] == 2 * 4
     assert m1["max_abs_diff"] < F32_ATOL
-    assert m1["ratio"] > 0 and set(m1["met"]) == {"ratio"}
+    assert m1["ratio"] > 0 and m1["ratio_layer"] > 0 and set(m1["met"]) == {"ratio"}
+    # the ceilings: the peers' times over simlab's FLOPs at the run's own matmul peak
+    floor = m1["simlab"]["flops_per_window"]["total"] * 2 / (rep["peak"]["gflops"] * 1e9)
+    assert m1["simlab_floor_s"] == pytest.approx(floor, rel=1e-12)
+    assert m1["ceiling_layer"] == pytest.approx(m1["hooks"]["layer_s"] / floor, rel=1e-12)
+    assert m1["ceiling"] == pytest.approx(m1["hooks"]["model_s"] / floor, rel=1e-12)
     assert m1["simlab"]["compile_s"] > 0 and m1["hooks"]["model_s"] > 0
     assert "| M1 counterfactual sweep on a trained layer (bert, layer 1)" in bench.format_table(rep)
+
+
+@needs_hf
+def test_flop_counts_of_torch_and_of_the_traced_programs_agree():
+    """The FLOPs M1 sets beside its times, counted two independent ways: torch's own counter
+    (FlopCounterMode, simlab.studies.bench.hf_hooks.flops) and simlab's count of the traced
+    programs (Sweep.flops_per_window): the forward up to layer 1's input is the same count,
+    and so is one of its layers against simlab's plain layer (no hoisting)."""
+    import torch
+    from jax._src.interpreters import partial_eval as pe
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from simlab.core import block
+    from simlab.core.knobs import knob_arrays
+    from simlab.studies.bench import hf_hooks
+    from simlab.studies.bench.flops import dot_flops
+
+    ck = load(BERT)
+    ids = cf.windows(ck.vocab, 2, 12, 1)[0]
+    model = hf_hooks.load_model(BERT)
+    hooks = hf_hooks.LayerHooks(model, 1)
+    with torch.inference_mode(), FlopCounterMode(display=False) as below:
+        hooks.forward(model, torch.as_tensor(ids), "before")
+    got = cf.Sweep(ck, 1, 2, 12, cf.lambdas(3)).flops_per_window(ids)
+    assert got["lower_layers"] == below.get_total_flops() > 0
+    assert got["total"] == sum(v for k, v in got.items() if k != "total")
+    with torch.inference_mode(), FlopCounterMode(display=False) as one:
+        hooks.block(hooks.seen["x"])
+    hooks.remove()
+    spec = ck.block(1)
+    z = jax.numpy.zeros((spec.n_heads, spec.d_head))
+    p = jax.tree.map(lambda a: a[1], ck.stacked(range(2)))
+    x = jax.ShapeDtypeStruct((2, 12, spec.d_model), jax.numpy.float32)
+    jaxpr = jax.make_jaxpr(lambda x: block.layer_apply(spec, p, x, knob_arrays({}), z, z).y)(x)
+    live, _ = pe.dce_jaxpr(jaxpr.jaxpr, [True])  # what XLA runs: the observations dropped
+    assert dot_flops(live) == one.get_total_flops() > 0

@@ -334,12 +334,21 @@ def run_hooks(
     peer: bool = True,
     rounds: int = 1,
     repeats: int | None = None,
+    peak: float | None = None,
 ) -> dict[str, Any]:
     """A hooks workload (M1), `rounds` times: simlab's side, then the HF hooks peer, each in its
     own process (simlab's without a persistent compilation cache: its compile is a cold one).
     The table reports medians over rounds; the JSON every round, and the largest difference
     between the two sides' numbers (the same ids, lambdas and layer). repeats: passes over the
-    window sets per process (None: the workload's)."""
+    window sets per process (None: the workload's).
+
+    Ratios: the peer's steady state / simlab's, against the whole-model peer (`ratio`, the
+    target's: a forward with hooks at every point, as the issue and run_with_hooks write it)
+    and against the layer-only one (`ratio_layer`). With the matmul peak (GFLOP/s, the same
+    run) also the floor: simlab's counted FLOPs of every window set at that peak
+    (`simlab_floor_s`), its executed rate (`simlab_peak_fraction`), and the largest ratio
+    over each peer that floor allows (`ceiling`, `ceiling_layer`): a target above its ceiling
+    cannot be met on this machine by running the same FLOPs faster."""
     import statistics
 
     import numpy as np
@@ -390,18 +399,19 @@ def run_hooks(
             "transformers": runs[0]["hooks"]["transformers"],
             "threads": runs[0]["hooks"]["threads"],
         }
-        ratios = [r["hooks"]["modes"]["layer"]["steady_s"] / r["simlab"]["steady_s"] for r in runs]
-        out["ratio"] = statistics.median(ratios)
-        out["ratio_range"] = [min(ratios), max(ratios)]
-        out["ratio_model"] = med(
-            lambda r: r["hooks"]["modes"]["model"]["steady_s"] / r["simlab"]["steady_s"]
-        )
+        for key, mode in (("ratio", "model"), ("ratio_layer", "layer")):
+            ratios = [r["hooks"]["modes"][mode]["steady_s"] / r["simlab"]["steady_s"] for r in runs]
+            out[key] = statistics.median(ratios)
+            out[key + "_range"] = [min(ratios), max(ratios)]
         out["ratio_with_compile"] = med(
             lambda r: (
-                r["hooks"]["modes"]["layer"]["steady_s"]
+                r["hooks"]["modes"]["model"]["steady_s"]
                 / (r["simlab"]["compile_s"] + r["simlab"]["steady_s"])
             )
         )
+        out["hooks"]["flops_per_window"] = {
+            m: runs[0]["hooks"]["modes"][m]["flops_per_window"] for m in ("layer", "model")
+        }
         out["max_abs_diff"] = max(
             float(
                 np.max(np.abs(np.subtract(r["simlab"]["values"], r["hooks"]["modes"][m]["values"])))
@@ -410,6 +420,14 @@ def run_hooks(
             for m in ("layer", "model")
         )
         out["met"]["ratio"] = out["ratio"] >= out["target"]["ratio"]
+    out["simlab"]["flops_per_window"] = first["flops_per_window"]
+    if peak:
+        flops = first["flops_per_window"]["total"] * cfg["windows"]
+        out["simlab_floor_s"] = flops / (peak * 1e9)
+        out["simlab_peak_fraction"] = out["simlab_floor_s"] / out["simlab"]["steady_s"]
+        if peer:
+            out["ceiling"] = out["hooks"]["model_s"] / out["simlab_floor_s"]
+            out["ceiling_layer"] = out["hooks"]["layer_s"] / out["simlab_floor_s"]
     return out
 
 
@@ -492,7 +510,16 @@ def run_bench(
                 )
             peer = torch_device is not None and _has_hf()
             report["workloads"].append(
-                run_hooks(n, quick, isolate, log, peer, rounds or (1 if quick else 3), repeats)
+                run_hooks(
+                    n,
+                    quick,
+                    isolate,
+                    log,
+                    peer,
+                    rounds or (1 if quick else 3),
+                    repeats,
+                    peak["gflops"],
+                )
             )
         elif n in PEERS:
             report["workloads"].append(

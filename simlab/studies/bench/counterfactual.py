@@ -5,14 +5,18 @@ trained layer").
 Per window set (B x T token ids, one "seed"), on layer L of a checkpoint:
   state    Lab(ck.block(1), tokens, METRICS, weights=ck.at(L, ids)).seed_state(key): the
            layer's input (the checkpoint's embeddings of the ids through layers 0..L-1,
-           evaluated once, reaching the programs as data), the hoisted projections and score
-           matrices; once more for the uniform clamp's Lab (block.pattern "uniform");
-  points   one compiled program vmapped over lambda = q_scale = k_scale, one for the clamp;
+           evaluated once per window set as one compiled call, reaching the programs as data,
+           shared by the uniform clamp's Lab, block.pattern "uniform"), the hoisted
+           projections and score matrices;
+  points   one compiled program mapped over lambda = q_scale = k_scale in micro-batches of
+           Lab.default_micro_batch() points as the engine runs them, one for the clamp;
            a window set changes only the seed state's data, so each compiles once;
   metrics  out_cos_gain (out_cos - input_cos of the layer's output: the cosine anisotropy the
            layer adds) and attn_entropy (mean over rows and heads of H(w_i) / ln T).
 The HF hooks peer (simlab.studies.bench.hf_hooks) computes the same numbers on the same ids;
-`windows` draws them for both. Compile and steady state are timed apart (`run`).
+`windows` draws them for both. Compile and steady state are timed apart (`run`); the FLOPs
+of a window set are counted from the traced programs (`Sweep.flops_per_window`), so the report
+can set the steady state beside the time those FLOPs take at the machine's matmul peak.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src.interpreters import partial_eval as pe
 
 from simlab.checkpoints import load, models
 from simlab.core.knobs import knob_arrays
 from simlab.core.lab import Lab
 from simlab.core.spec import InputSpec
 from simlab.errors import ConfigError
+from simlab.studies.bench.flops import dot_flops
 
 METRICS = ("out_cos_gain", "attn_entropy")
 
@@ -70,20 +76,31 @@ class Sweep:
         self.grid = {k: jnp.stack([p[k] for p in pts]) for k in pts[0]}
         self.one = knob_arrays({})
         self.key = jax.random.PRNGKey(0)
-        dummy = np.zeros((batch, length), np.int64)
-        soft, unif = (self._lab(dummy, p) for p in ("softmax", "uniform"))
-        self.soft = jax.jit(jax.vmap(soft.point, in_axes=(None, 0)))
-        self.unif = jax.jit(unif.point)
+        soft, unif = self._labs(np.zeros((batch, length), np.int64))
+        # points in micro-batches as the engine runs them (simlab.engine.compile): vmapped
+        # Lab.default_micro_batch() at a time, one by one when that is 1 (MiniLM's size; a
+        # vmap of one point runs slower on XLA:CPU)
+        micro = soft.default_micro_batch()
 
-    def _lab(self, ids, pattern: str) -> Lab:
+        def soft_points(st, g):
+            return jax.lax.map(
+                lambda k: soft.point(st, k), g, batch_size=None if micro == 1 else micro
+            )
+
+        self.programs = (soft_points, unif.point)  # traced again by flops_per_window
+        self.soft, self.unif = (jax.jit(f) for f in self.programs)
+
+    def _labs(self, ids) -> tuple[Lab, Lab]:
+        """The softmax and the clamp Labs on one Weights (their lower layers evaluated once)."""
         w = self.ck.at(self.layer, ids=ids)
-        return Lab(self.ck.block(1, pattern=pattern), self.spec, METRICS, weights=w)
+        return tuple(
+            Lab(self.ck.block(1, pattern=p), self.spec, METRICS, weights=w)
+            for p in ("softmax", "uniform")
+        )
 
     def states(self, ids):
         """The seed states of the softmax and the clamp Labs on these ids (evaluated)."""
-        return jax.block_until_ready(
-            tuple(self._lab(ids, p).seed_state(self.key) for p in ("softmax", "uniform"))
-        )
+        return jax.block_until_ready(tuple(lab.seed_state(self.key) for lab in self._labs(ids)))
 
     def compile(self, states):
         """Compile both programs for these states' shapes (ahead of time); returns seconds."""
@@ -91,6 +108,27 @@ class Sweep:
         self.soft = self.soft.lower(states[0], self.grid).compile()
         self.unif = self.unif.lower(states[1], self.one).compile()
         return time.perf_counter() - t0
+
+    def flops_per_window(self, ids) -> dict[str, int]:
+        """dot_general FLOPs of one window set, counted from the traced programs
+        (simlab.studies.bench.flops.dot_flops): the lower layers (once, shared by both Labs),
+        the two seed states and the points; "total" their sum."""
+        labs = self._labs(ids)
+        w = labs[0].weights
+        ids = jnp.asarray(w.ids)
+        states = self.states(ids)
+
+        def count(f, *args):  # after dead-code elimination: what XLA runs
+            jaxpr = jax.make_jaxpr(f)(*args).jaxpr
+            return dot_flops(pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))[0])
+
+        out = {
+            "lower_layers": count(w.hidden, ids),
+            "seed_states": sum(count(lab.seed_state, self.key) for lab in labs),
+            "points": count(self.programs[0], states[0], self.grid)
+            + count(self.programs[1], states[1], self.one),
+        }
+        return {**out, "total": sum(out.values())}
 
     def points(self, states) -> np.ndarray:
         a = self.soft(states[0], self.grid)
@@ -119,6 +157,7 @@ def run(source: str, layer: int | None, batch: int, length: int, n_windows: int,
     sweep = Sweep(ck, layer, batch, length, lambdas(n_lambdas))
     first = sweep.states(wins[0])
     t2 = time.perf_counter()
+    flops = sweep.flops_per_window(wins[0])
     compile_s = sweep.compile(first)
     sweep.points(first)
     passes = []
@@ -144,6 +183,7 @@ def run(source: str, layer: int | None, batch: int, length: int, n_windows: int,
         "state_s": best["state_s"],
         "points_s": best["points_s"],
         "n_windows": n_windows,
+        "flops_per_window": flops,
         "values": np.stack(vals).tolist(),
         "dtype": str(jnp.zeros(()).dtype),
     }

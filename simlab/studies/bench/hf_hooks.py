@@ -161,10 +161,21 @@ def sweep(model, layer: int, windows, lams, mode: str = "layer") -> np.ndarray:
     return out
 
 
+def flops(model, layer: int, ids, lams, mode: str = "layer") -> int:
+    """The matmul FLOPs (2 m n k each: addmm, bmm, ...) of `sweep` on one window set, as
+    torch's own counter (torch.utils.flop_counter.FlopCounterMode) counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        sweep(model, layer, [ids], lams, mode)
+    return int(counter.get_total_flops())
+
+
 def run(folder, layer: int, windows, lams, modes=MODES, repeats: int = 2, threads=None) -> dict:
     """Time the peer: load (from_pretrained), one untimed pass over the first window set (torch's
     first-call allocations), then per mode `repeats` passes over every window set, the best one
-    the steady state. Returns the seconds and the values, per mode."""
+    the steady state. Returns the seconds, the values and one window set's FLOPs (`flops`,
+    counted after the timed passes), per mode."""
     torch, transformers = _torch()
     if threads:
         torch.set_num_threads(threads)
@@ -186,5 +197,10 @@ def run(folder, layer: int, windows, lams, modes=MODES, repeats: int = 2, thread
             t = time.perf_counter()
             vals = sweep(model, layer, windows, lams, mode)
             passes.append(time.perf_counter() - t)
-        out["modes"][mode] = {"passes": passes, "steady_s": min(passes), "values": vals.tolist()}
+        out["modes"][mode] = {
+            "passes": passes,
+            "steady_s": min(passes),
+            "values": vals.tolist(),
+            "flops_per_window": flops(model, layer, windows[0], lams, mode),
+        }
     return out

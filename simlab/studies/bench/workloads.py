@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 # Targets (ratios measured in the same run). P*: PyTorch wall / engine wall; M1: the HF hooks
-# peer's steady state / simlab's (the layer-only peer); W3: the share of
+# peer's steady state / simlab's (the whole-model peer: a hooked forward per point, as issue 38
+# describes it; the layer-only peer is reported beside it); W3: the share of
 # the matmul peak the paper-size BERT block executes in steady state; W4: peak memory of the
 # 1e5-point grid over the 1e3-point grid; "cached compile": seconds a warm-cache sweep compiles.
 TARGETS = {
