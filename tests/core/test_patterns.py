@@ -9,6 +9,7 @@ test_pattern_layer_vs_numpy."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -113,6 +114,13 @@ CASES = [
 ]
 
 
+@functools.cache
+def path_and_extremes():
+    """The paths at the points and the default path at the extremes, one compiled call for the
+    two tests below (simlab.testing.path_and_extreme_outputs)."""
+    return testing.path_and_extreme_outputs(CASES)
+
+
 @pytest.mark.slow
 def test_fast_paths_equal_the_plain_oracle():
     """The default Lab (hoisted projections where the block allows, the closed-form A V,
@@ -120,7 +128,7 @@ def test_fast_paths_equal_the_plain_oracle():
     Lab (full clamped weights), depth 2, every metric, at points that move beta, the gains and
     the drift: within simlab.testing.PATH_TOL. At beta 1.5 and 6 the shared and token clamps
     really are sharper than at 0 (not vacuous)."""
-    outs = testing.path_outputs(CASES)
+    outs, _ = path_and_extremes()
     for case, out in zip(CASES, outs):
         lab = case.lab(**testing.PATHS["default"])
         assert not lab.factor and lab.hoist == (case.block.kind in ("post_ln", "attention"))
@@ -154,7 +162,7 @@ def test_float64_same_sample():
 def test_extreme_knobs_finite_and_in_bounds():
     """Every metric finite and inside its bounds at the corners of the promised ranges, with
     pattern_beta in {0, 1e8} (float32: e^-1e8 = 0, one-hot rows, no 0 * inf)."""
-    for case, out in zip(CASES, testing.extreme_outputs(CASES)):
+    for case, out in zip(CASES, path_and_extremes()[1]):
         assert any(p.get("pattern_beta") == 1e8 for p in testing.extreme_points(case)) == (
             case.block.pattern != "uniform"
         )
