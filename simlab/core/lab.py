@@ -377,8 +377,10 @@ class Lab:
         }
         u_D = np.asarray(state["comps"]["u_b"], np.float64).reshape(-1)
         u_D = u_D / np.linalg.norm(u_D)
-        uvo_LD = np.einsum("lhk,lhkd->ld", np.einsum("d,ldhk->lhk", u_D, p["wv"]), p["wo"])
-        vo_LDE = np.einsum("ldhk,lhke->lde", p["wv"], p["wo"])
+        n_l, d = p["wv"].shape[:2]
+        # W_V W_O per layer as one BLAS product (D, H K) @ (H K, D), not a naive einsum loop
+        vo_LDE = np.matmul(p["wv"].reshape(n_l, d, -1), p["wo"].reshape(n_l, -1, d))
+        uvo_LD = np.einsum("d,lde->le", u_D, vo_LDE)
         out = {
             "drift_vo": np.sum(uvo_LD * uvo_LD, axis=-1),
             "drift_vo_dot": uvo_LD @ u_D,
@@ -392,10 +394,11 @@ class Lab:
             out["mlp_shared"] = np.sum(w2_LD * w2_LD, axis=-1) / p["w2"].shape[1]
             if self.block.gated_mlp:
                 return out  # act(h W_1) * h W_3 has no linear part (quadratic near h = 0)
-            a_LDE = 0.5 * np.einsum("ldf,lfe->lde", w1, p["w2"])
+            a_LDE = 0.5 * np.matmul(w1, p["w2"])
             w_LD = u_D[None, :] + uvo_LD
             w_LD = w_LD / np.linalg.norm(w_LD, axis=-1, keepdims=True)
-            out["mlp_drift_dot"] = np.einsum("ld,lde,le->l", w_LD, a_LDE, w_LD)
+            aw_LD = np.matmul(a_LDE, w_LD[:, :, None])[:, :, 0]
+            out["mlp_drift_dot"] = np.sum(w_LD * aw_LD, axis=-1)
             out["mlp_trace"] = np.trace(a_LDE, axis1=1, axis2=2) / a_LDE.shape[1]
         return out
 
