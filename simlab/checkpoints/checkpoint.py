@@ -15,6 +15,7 @@ import functools
 import hashlib
 import pathlib
 import re
+import weakref
 from collections.abc import Mapping
 
 import jax
@@ -92,10 +93,17 @@ class Checkpoint:
 
     def on_device(self, dtype=None) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
         """(params, tables) as jax arrays of `dtype` (None: jax's default float dtype), made
-        once per dtype and kept (a second copy of the weights), so that a loop over window
-        sets does not copy the weights again at every call."""
+        once per dtype and kept, so that a loop over window sets does not copy the weights
+        again at every call. A second copy of the weights: one checkpoint at a time holds it
+        (making it for another drops the previous one's, so a checkpoint series loaded at once
+        holds one extra copy, not one per checkpoint)."""
+        global _HOLDER
         dtype = jnp.dtype(jnp.result_type(float) if dtype is None else dtype)
         if dtype.name not in self._device:
+            held = _HOLDER() if _HOLDER is not None else None
+            if held is not None and held is not self:
+                held._device.clear()
+            _HOLDER = weakref.ref(self)
             self._device[dtype.name] = tuple(
                 {n: jnp.asarray(a, dtype) for n, a in m.items()} for m in (self.params, self.tables)
             )
@@ -180,6 +188,9 @@ class Checkpoint:
         r = self.layer_range(layers, where)
         return Weights(self, r, None if ids is None else self.check_ids(ids, "checkpoint.ids"))
 
+
+# the one Checkpoint whose weights Checkpoint.on_device keeps as jax arrays
+_HOLDER: weakref.ref | None = None
 
 INPUT_VOCAB_DEFAULT = next(f.default for f in dataclasses.fields(InputSpec) if f.name == "vocab")
 # BlockSpec fields a study may set on trained layers; every other field is the checkpoint's

@@ -300,3 +300,17 @@ def test_lower_layers_run_eagerly_equal_them_traced_and_compile_once(ck):
     with jax.enable_x64(True):
         e64 = np.asarray(w.hidden(jnp.asarray(ids[0]), jnp.float64))
     np.testing.assert_allclose(eager[0], e64, rtol=1e-4, atol=1e-5)
+
+
+def test_one_checkpoint_at_a_time_keeps_its_weights_on_device():
+    """Checkpoint.on_device keeps a second copy of the weights for one checkpoint only: making
+    it for another drops the first one's (a series loaded at once holds one extra copy), and
+    the first one's embeddings are the same when it is made again."""
+    a, b = load(BERT), load(BERT)
+    ids = np.random.default_rng(0).integers(0, 100, (2, 12))
+    first = np.asarray(a.embed(ids))
+    assert set(a._device) == {"float32"} and not b._device
+    np.testing.assert_array_equal(np.asarray(b.embed(ids)), first)
+    assert not a._device and set(b._device) == {"float32"}
+    np.testing.assert_array_equal(np.asarray(a.embed(ids)), first)
+    assert set(a._device) == {"float32"} and not b._device
