@@ -142,3 +142,28 @@ def test_flop_counts_of_torch_and_of_the_traced_programs_agree():
     jaxpr = jax.make_jaxpr(lambda x: block.layer_apply(spec, p, x, knob_arrays({}), z, z).y)(x)
     live, _ = pe.dce_jaxpr(jaxpr.jaxpr, [True])  # what XLA runs: the observations dropped
     assert dot_flops(live) == one.get_total_flops() > 0
+
+
+@pytest.mark.slow
+def test_quick_m1_without_its_peer_reports_simlab_alone(tmp_path):
+    """M1 where torch is absent (or --torch-device none): simlab's side timed, its FLOPs counted
+    and its floor at the matmul peak reported; no ratio, no ceiling, no verdict line."""
+    rep, path = bench.run_bench(
+        ["M1"],
+        quick=True,
+        isolate=False,
+        out_dir=tmp_path,
+        peak_n=64,
+        log=lambda *a: None,
+        torch_device=None,
+    )
+    m1 = json.loads(path.read_text())["workloads"][0]
+    assert m1["hooks"] is None and m1["met"] == {} and "ceiling" not in m1
+    flops = m1["simlab"]["flops_per_window"]
+    assert flops["total"] == flops["lower_layers"] + flops["seed_states"] + flops["points"] > 0
+    floor = flops["total"] * 2 / (rep["peak"]["gflops"] * 1e9)
+    assert m1["simlab_floor_s"] == pytest.approx(floor, rel=1e-12)
+    text = bench.format_table(rep)
+    row = next(line for line in text.splitlines() if line.startswith("| M1 "))
+    assert row.split(" | ")[2] == "-" and f"{flops['total'] / 1e9:.3g} / - / -" in row
+    assert "M1 target" not in text

@@ -54,7 +54,7 @@ def format_table(report: dict[str, Any]) -> str:
             "",
             table.format_table(HOOKS_COLUMNS, [_hooks_row(w) for w in hooks], markdown=True),
         ]
-        lines += [line for w in hooks for line in ("", _hooks_verdict(w)) if "ceiling" in w]
+        lines += [line for w in hooks if "ceiling" in w for line in ("", _hooks_verdict(w))]
     staged = [w for w in report["workloads"] if w.get("stages")]
     if staged:
         rows = [_stage_row(w, label, st) for w in staged for label, st in w["stages"].items()]
