@@ -17,7 +17,9 @@ the entry (an input kind of trained layers, `InputKind.trained`, on layers 1..2 
              number is drawn in float32 and cast) and agrees with float32 within X64_TOL
              (absolute) plus X64_RTOL (relative);
   extremes   every metric finite at the corners of the knobs' promised ranges (docs/config.md,
-             "Numerics") and inside its declared mathematical range `Metric.bounds`;
+             "Numerics") and inside its declared mathematical range `Metric.bounds`, on the
+             default path's Lab (its small tiles: every tile loop; the engine's own tiles at the
+             extremes are tests/core/test_numerics.py's);
   identity   `run_sweep` gives bit-identical arrays for chunks of 1, 2 and 8 micro-batches and
              on one and two devices (when the process has several).
 The building blocks (`block_cases`, `input_cases`, `path_outputs`, ...) run many labs in one

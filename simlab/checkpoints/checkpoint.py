@@ -98,16 +98,18 @@ class Checkpoint:
         (making it for another drops the previous one's, so a checkpoint series loaded at once
         holds one extra copy, not one per checkpoint)."""
         global _HOLDER
-        dtype = jnp.dtype(jnp.result_type(float) if dtype is None else dtype)
-        if dtype.name not in self._device:
+        dtype = _made(jnp.result_type(float) if dtype is None else dtype)
+        out = self._device.get(dtype.name)
+        if out is None:
             held = _HOLDER() if _HOLDER is not None else None
             if held is not None and held is not self:
                 held._device.clear()
             _HOLDER = weakref.ref(self)
-            self._device[dtype.name] = tuple(
+            out = tuple(
                 {n: jnp.asarray(a, dtype) for n, a in m.items()} for m in (self.params, self.tables)
             )
-        return self._device[dtype.name]
+            self._device[dtype.name] = out
+        return out
 
     def stacked(self, layers, dtype=None) -> dict[str, jax.Array]:
         """The weights of a contiguous range of layers, stacked (L, ...), as jax arrays of
@@ -146,8 +148,9 @@ class Checkpoint:
 
     def hidden_states(self, ids_BT, layers=None, dtype=None) -> list[jax.Array]:
         """[input of the first layer of `layers`, then each layer's output] for token ids (the
-        embeddings, then layers 0.. by default), through simlab's blocks (plain attention,
-        default knobs)."""
+        embeddings, then layers 0.. by default), through simlab's blocks with default knobs:
+        the layers below `layers` as `run` computes them (tiled attention), each of `layers`
+        with the plain attention."""
         r = self.layer_range(range(self.n_layers) if layers is None else layers)
         ids = self.check_ids(ids_BT)
         x = run(self, self.embed(ids, dtype), range(0, r.start))
@@ -191,6 +194,14 @@ class Checkpoint:
 
 # the one Checkpoint whose weights Checkpoint.on_device keeps as jax arrays
 _HOLDER: weakref.ref | None = None
+
+
+def _made(dtype) -> np.dtype:
+    """The dtype jax makes when asked for `dtype` now (float64 is float32 without x64): the key
+    of the caches above, so that a float64 request made without x64 is not served later,
+    under x64, by its float32 arrays."""
+    return jax.dtypes.canonicalize_dtype(dtype)
+
 
 INPUT_VOCAB_DEFAULT = next(f.default for f in dataclasses.fields(InputSpec) if f.name == "vocab")
 # BlockSpec fields a study may set on trained layers; every other field is the checkpoint's
@@ -277,7 +288,7 @@ class Weights:
         """hidden(ids) of the fixed ids, evaluated now (never traced: XLA would constant-fold
         the lower layers, a minute per layer at BERT's size) and kept per dtype, so that every
         Lab on these Weights (a softmax one and a clamped one, say) shares one evaluation."""
-        key = jnp.dtype(dtype).name
+        key = _made(dtype).name
         if key not in self._fixed:
             with jax.ensure_compile_time_eval():
                 self._fixed[key] = np.asarray(self.hidden(jnp.asarray(self.ids), dtype))

@@ -298,8 +298,48 @@ def test_lower_layers_run_eagerly_equal_them_traced_and_compile_once(ck):
     for i, e in zip(ids, eager):
         np.testing.assert_allclose(traced(jnp.asarray(i)), e, rtol=1e-5, atol=1e-5)
     with jax.enable_x64(True):
-        e64 = np.asarray(w.hidden(jnp.asarray(ids[0]), jnp.float64))
+        e64 = w.hidden(jnp.asarray(ids[0]), jnp.float64)
+    assert e64.dtype == np.float64
     np.testing.assert_allclose(eager[0], e64, rtol=1e-4, atol=1e-5)
+
+
+def test_a_float64_request_without_x64_does_not_stay_float32_under_x64(ck):
+    """The weights kept on device and the fixed ids' hidden states are keyed by the dtype jax
+    really makes: asked for float64 without x64 (float32 then), a later float64 request under
+    x64 computes in float64, the Lab's inputs included."""
+    ids = np.random.default_rng(1).integers(0, 100, (2, 12))
+    w = ck.at([1], ids)
+    assert w.hidden(jnp.asarray(ids), jnp.float64).dtype == np.float32  # x64 off: float32
+    assert w.fixed_hidden(jnp.float64).dtype == np.float32
+    with jax.enable_x64(True):
+        assert w.hidden(jnp.asarray(ids), jnp.float64).dtype == np.float64
+        assert w.fixed_hidden(jnp.float64).dtype == np.float64
+        s = InputSpec(kind="tokens", batch=2, length=12, vocab=100)
+        x = Lab(ck.block(1), s, ["out_cos"], weights=w).seed_state(jax.random.PRNGKey(0))
+        assert x["comps"]["x"].dtype == np.float64
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "gpt_neox", "llama", "qwen2"])
+def test_lower_layers_equal_the_plain_attention_oracle(name):
+    """simlab.checkpoints.checkpoint.run (tiled attention, simlab.core.tiled) against the plain
+    attention (the full weights, simlab.core.block's oracle path) through every layer of each
+    architecture's fixture, causal and rotary ones included: float32 rounding apart."""
+    from simlab.checkpoints import checkpoint
+    from simlab.core import block
+    from simlab.core.knobs import knob_arrays
+
+    c = load(ROOT / "tests" / "fixtures" / "checkpoints" / name)
+    ids = np.random.default_rng(2).integers(0, min(c.vocab, 100), (2, 12))
+    x = c.embed(ids)
+    got = checkpoint.run(c, x, range(c.n_layers))
+    spec = c.block(c.n_layers)
+    z = jnp.zeros((c.n_layers, spec.n_heads, spec.d_head))
+    want, _ = block.stack_apply(
+        spec, c.stacked(range(c.n_layers)), x, knob_arrays({}), z, z, observe=lambda l: ()
+    )
+    scale = float(jnp.max(jnp.abs(want)))  # float32 rounding grows with the values (~20 here)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+    assert float(jnp.max(jnp.abs(got - x))) > 0.1  # the layers really ran
 
 
 def test_one_checkpoint_at_a_time_keeps_its_weights_on_device():

@@ -167,3 +167,17 @@ def test_quick_m1_without_its_peer_reports_simlab_alone(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| M1 "))
     assert row.split(" | ")[2] == "-" and f"{flops['total'] / 1e9:.3g} / - / -" in row
     assert "M1 target" not in text
+
+
+def test_a_run_from_before_the_whole_model_target_still_reads():
+    """benchmarks/results/cpu-20261207-033112.json (M1 then read against the layer-only peer,
+    without FLOPs): its row says which peer its ratio is against, and nothing is invented."""
+    rec = json.loads((ROOT / "benchmarks/results/cpu-20261207-033112.json").read_text())
+    m1 = [w for w in rec["workloads"] if w["name"] == "M1"]
+    row = next(
+        line
+        for line in bench.format_table({**rec, "workloads": m1}).splitlines()
+        if line.startswith("| M1 ")
+    )
+    assert f"{m1[0]['ratio']:.2f}x (>= 3x: NOT met) (layer only)" in row
+    assert row.split(" | ")[6:10] == ["-", "-", "-", "-"]

@@ -128,6 +128,8 @@ def _hooks_row(w: dict) -> list[str]:
         return row + ["-", "-", f"{_fmt(fl and _gf(fl))} / - / -", _floor(w), "-", "-"]
     tgt = w["target"]["ratio"]
     ratio = f"{w['ratio']:.2f}x (>= {tgt:g}x: {'met' if w['met']['ratio'] else 'NOT met'})"
+    if "ratio_layer" not in w:  # a run before the whole-model target (its ratio: layer only)
+        return row + [f"{ratio} (layer only)", "-", "-", "-", "-", f"{w['max_abs_diff']:.1e}"]
     layer = f"{w['ratio_layer']:.2f}x"
     if len(w["rounds"]) > 1:
         ratio += f" [{w['ratio_range'][0]:.2f}-{w['ratio_range'][1]:.2f}]"
@@ -151,10 +153,11 @@ def _hooks_verdict(w: dict) -> str:
     tgt = w["target"]["ratio"]
     met = "met" if w["met"]["ratio"] else "NOT met"
     lo, hi = w["ratio_range"]
+    spread = f" [{lo:.2f}-{hi:.2f}]" if len(w["rounds"]) > 1 else ""
     reach = "within" if w["ceiling_layer"] >= tgt else "out of"
     return (
         f"{w['name']} target (the whole-model peer >= {tgt:g}x simlab): {met}, "
-        f"{w['ratio']:.2f}x [{lo:.2f}-{hi:.2f}]. Against the layer-only peer "
+        f"{w['ratio']:.2f}x{spread}. Against the layer-only peer "
         f"{w['ratio_layer']:.2f}x; "
         f"simlab's counted FLOPs at this run's matmul peak would allow at most "
         f"{w['ceiling_layer']:.2f}x there, so {tgt:g}x over the layer-only peer is {reach} reach "
