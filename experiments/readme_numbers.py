@@ -26,7 +26,7 @@ README = ROOT / "README.md"
 # The benchmark run the README's performance table shows (a quiet machine: docs/performance.md).
 RUN = ROOT / "benchmarks" / "results" / "cpu-20261207-033112.json"
 # M1's run (simlab bench --only M1, a quiet machine)
-RUN_M1 = ROOT / "benchmarks" / "results" / "cpu-20261207-043802.json"
+RUN_M1 = ROOT / "benchmarks" / "results" / "cpu-20261207-060753.json"
 PERFORMANCE = ROOT / "docs" / "performance.md"
 PEERS = ("P1", "P2", "P3", "P4", "P5")
 MARK = "(python experiments/readme_numbers.py; do not edit by hand)"
