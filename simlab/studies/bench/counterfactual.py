@@ -28,14 +28,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src.interpreters import partial_eval as pe
 
 from simlab.checkpoints import load, models
 from simlab.core.knobs import knob_arrays
 from simlab.core.lab import Lab
 from simlab.core.spec import InputSpec
 from simlab.errors import ConfigError
-from simlab.studies.bench.flops import dot_flops
+from simlab.studies.bench.flops import live_flops
 
 METRICS = ("out_cos_gain", "attn_entropy")
 
@@ -101,7 +100,10 @@ class Sweep:
 
     def states(self, ids):
         """The seed states of the softmax and the clamp Labs on these ids (evaluated)."""
-        return jax.block_until_ready(tuple(lab.seed_state(self.key) for lab in self._labs(ids)))
+        return self._states(self._labs(ids))
+
+    def _states(self, labs):
+        return jax.block_until_ready(tuple(lab.seed_state(self.key) for lab in labs))
 
     def compile(self, states):
         """Compile both programs for these states' shapes (ahead of time); returns seconds."""
@@ -112,22 +114,16 @@ class Sweep:
 
     def flops_per_window(self, ids) -> dict[str, int]:
         """dot_general FLOPs of one window set, counted from the traced programs
-        (simlab.studies.bench.flops.dot_flops): the lower layers (once, shared by both Labs),
+        (simlab.studies.bench.flops.live_flops): the lower layers (once, shared by both Labs),
         the two seed states and the points; "total" their sum."""
         labs = self._labs(ids)
         w = labs[0].weights
-        ids = jnp.asarray(w.ids)
-        states = self.states(ids)
-
-        def count(f, *args):  # after dead-code elimination: what XLA runs
-            jaxpr = jax.make_jaxpr(f)(*args).jaxpr
-            return dot_flops(pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))[0])
-
+        states = self._states(labs)
         out = {
-            "lower_layers": count(w.hidden, ids),
-            "seed_states": sum(count(lab.seed_state, self.key) for lab in labs),
-            "points": count(self.programs[0], states[0], self.grid)
-            + count(self.programs[1], states[1], self.one),
+            "lower_layers": live_flops(w.hidden, jnp.asarray(w.ids)),
+            "seed_states": sum(live_flops(lab.seed_state, self.key) for lab in labs),
+            "points": live_flops(self.programs[0], states[0], self.grid)
+            + live_flops(self.programs[1], states[1], self.one),
         }
         return {**out, "total": sum(out.values())}
 

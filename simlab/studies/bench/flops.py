@@ -48,18 +48,24 @@ def dot_flops(jaxpr) -> int:
     return total
 
 
-def traced_flops(lab) -> tuple[int, int]:
-    """(per point, per seed) dot_general FLOPs of lab.point and lab.seed_state, after dead-code
-    elimination (what XLA runs), from the traced programs."""
+def live_flops(f, *args) -> int:
+    """dot_general FLOPs of f(*args) traced, after dead-code elimination (what XLA runs)."""
     import jax
     from jax._src.interpreters import partial_eval as pe
 
+    jaxpr = jax.make_jaxpr(f)(*args).jaxpr
+    return dot_flops(pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))[0])
+
+
+def traced_flops(lab) -> tuple[int, int]:
+    """(per point, per seed) dot_general FLOPs of lab.point (after dead-code elimination: what
+    XLA runs) and of lab.seed_state, from the traced programs."""
+    import jax
+
     key = jax.random.PRNGKey(0)
     state = jax.eval_shape(lab.seed_state, key)
-    point = jax.make_jaxpr(lab.point)(state, knob_arrays({})).jaxpr
-    point, _ = pe.dce_jaxpr(point, [True] * len(point.outvars))
     seed = jax.make_jaxpr(lab.seed_state)(key).jaxpr
-    return dot_flops(point), dot_flops(seed)
+    return live_flops(lab.point, state, knob_arrays({})), dot_flops(seed)
 
 
 def flop_counts(config: dict) -> dict[str, Any]:
