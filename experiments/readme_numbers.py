@@ -123,14 +123,9 @@ def docs_blocks() -> dict[str, str]:
 
 def render(text: str, blocks: dict[str, str], where: Path = README) -> str:
     """`text` (of the file `where`) with each block between its markers replaced."""
-    for name, block in blocks.items():
-        begin, end = f"<!-- {name}:begin {MARK} -->", f"<!-- {name}:end -->"
-        if text.count(begin) != 1 or text.count(end) != 1:
-            raise ValueError(f"{where}: needs one {begin} and one {end}")
-        head, rest = text.split(begin)
-        _, tail = rest.split(end)
-        text = f"{head}{begin}\n{block}{end}{tail}"
-    return text
+    from simlab.studies.table import replace_blocks
+
+    return replace_blocks(text, blocks, MARK, where)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from simlab.studies.table import replace_blocks
+
 ROOT = Path(__file__).resolve().parents[1] / "simlab"
 DESIGN = ROOT.parent / "docs" / "design.md"
 # Each top-level package or module of simlab and its layer: an import goes to a lower layer or
@@ -223,14 +225,8 @@ MARK = "(python tests/import_graph.py; do not edit by hand)"
 def render(text: str, g: dict[str, set[str]] | None = None) -> str:
     """`text` (docs/design.md) with each picture between its markers drawn from the code."""
     g = graph() if g is None else g
-    for name, draw in PICTURES.items():
-        begin, end = f"<!-- {name}:begin {MARK} -->", f"<!-- {name}:end -->"
-        if text.count(begin) != 1 or text.count(end) != 1:
-            raise ValueError(f"{DESIGN}: needs one {begin} and one {end}")
-        head, rest = text.split(begin)
-        _, tail = rest.split(end)
-        text = f"{head}{begin}\n\n{draw(g)}\n\n{end}{tail}"
-    return text
+    pictures = {name: f"\n{draw(g)}\n\n" for name, draw in PICTURES.items()}
+    return replace_blocks(text, pictures, MARK, DESIGN)
 
 
 def main(argv: list[str]) -> int:

@@ -227,3 +227,18 @@ def test_setup_and_ci_install_the_pinned_versions_the_records_were_made_with():
         versions = json.loads(meta.read_text()).get("versions", {})
         for name in ("jax", "jaxlib", "numpy"):
             assert versions.get(name) == pins[name], f"{meta.relative_to(ROOT)}: {name}"
+
+
+def test_printed_blocks_are_replaced_between_their_markers_only():
+    """simlab.studies.table.replace_blocks (README's numbers, the performance tables, the
+    design pictures): the body between one begin and one end marker is replaced, the rest of
+    the text kept byte for byte; a missing or repeated marker names the file."""
+    from simlab.studies.table import replace_blocks
+
+    mark = "(python x.py)"
+    text = f"a\n<!-- n:begin {mark} -->\nold\n<!-- n:end -->\nb\n"
+    assert replace_blocks(text, {"n": "new\n"}, mark, "doc.md") == text.replace("old", "new")
+    with pytest.raises(ValueError, match="doc.md: needs one <!-- m:begin"):
+        replace_blocks(text, {"m": "x\n"}, mark, "doc.md")
+    with pytest.raises(ValueError, match="doc.md: needs one"):
+        replace_blocks(text + text, {"n": "x\n"}, mark, "doc.md")

@@ -6,6 +6,10 @@ default): a header of the column names, a rule of dashes, then each row with eve
 left-justified in its column, a cell longer than its column wrapped onto as many lines as it
 needs (textwrap).  Markdown: `| name | ... |`, a `|---|` rule, then `| cell | ... |` per row,
 unpadded (the renderer aligns them).
+
+Printed blocks of a doc (`replace_blocks`): the text between `<!-- NAME:begin MARK -->` and
+`<!-- NAME:end -->`, rewritten by the script that MARK names (README.md's numbers, the
+performance tables, docs/design.md's pictures).
 """
 
 from __future__ import annotations
@@ -42,3 +46,17 @@ def _fixed_row(cells: Sequence[str], widths: Sequence[int]) -> str:
 
 def _markdown_row(cells: Sequence[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def replace_blocks(text: str, blocks: dict[str, str], mark: str, where: object) -> str:
+    """`text` (of the file `where`) with each block NAME -> BODY written between its markers:
+    `<!-- NAME:begin MARK -->` newline BODY `<!-- NAME:end -->`; a missing or repeated marker
+    is an error naming the file."""
+    for name, body in blocks.items():
+        begin, end = f"<!-- {name}:begin {mark} -->", f"<!-- {name}:end -->"
+        if text.count(begin) != 1 or text.count(end) != 1:
+            raise ValueError(f"{where}: needs one {begin} and one {end}")
+        head, rest = text.split(begin)
+        _, tail = rest.split(end)
+        text = f"{head}{begin}\n{body}{end}{tail}"
+    return text
