@@ -243,18 +243,19 @@ def plot_results(
     2-D (y given): phase diagram of the seed mean of `metric` over axes x and y; 1-D (y None):
     the seed mean against x with a band (simlab.plot.lines.seed_band): band "ci" (default) the
     Student-t confidence interval of the mean at `level`, "std" -+1 std (ddof=1), "sem" -+1
-    standard error, "none"; no band for a single seed.  Every
-    other axis is fixed by select={axis: value} (the nearest coordinate on the axis's own scale,
-    simlab.engine.select.nearest); an unselected extra axis
-    with more than one value is an error. A metric's further dimensions (Results.metric_dims:
-    a stack's layers, heads, ...) are fixed by select={dim: index} too (default: the last
-    index; `layer` is sugar for select={"layer": index}).  `contour`: the name of a second
-    metric drawn as contour lines at `contour_levels` (2-D only).  The default title names the
-    metric (and the index of each further dimension), the sizes from meta['config'] (block kind, d_model, heads, batch x length), the fixed axes and the number of
-    seeds, and says so when a phase diagram's colour range is tiny against the metric's own
-    scale (its registered bounds; rounding noise would fill the colour bar): `vmin`/`vmax` fix
-    the colour range. A select value outside an axis's range is an error; contour levels
-    outside the contour metric's range are reported through `warn` (default warnings.warn).
+    standard error, "none"; no band for a single seed.  Every other axis is fixed by
+    select={axis: value} (the nearest coordinate on the axis's own scale,
+    simlab.engine.select.nearest); an unselected extra axis with more than one value is an
+    error. A metric's further dimensions (Results.metric_dims: a stack's layers, heads, ...)
+    are fixed by select={dim: index} too (default: the last index; `layer` is sugar for
+    select={"layer": index}).  `contour`: the name of a second metric drawn as contour lines
+    at `contour_levels` (2-D only).  The default title names the metric (and the index of each
+    further dimension), the sizes from meta['config'] (block kind, d_model, heads, batch x
+    length), the fixed axes and the number of seeds, and says so when a phase diagram's colour
+    range is tiny against the metric's own scale (its registered bounds; rounding noise would
+    fill the colour bar): `vmin`/`vmax` fix the colour range. A select value outside an axis's
+    range is an error; contour levels outside the contour metric's range are reported through
+    `warn` (default warnings.warn).
     x_log / y_log: a logarithmic axis (None: the axis's recorded space, or its spacing).
     Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
     A refined sweep is drawn by simlab.plot.refined.plot_refined (its cells at their own size,
