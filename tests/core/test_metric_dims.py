@@ -67,6 +67,8 @@ def test_pair_split_vs_pairwise_oracle(shape, offset):
     within, between = jax.jit(metrics.pair_split)(jnp.asarray(x, jnp.float32))
     ow, ob, _ = np_pair_split(x)
     assert abs(float(within) - ow) < 1e-5 and abs(float(between) - ob) < 1e-5
+    # equal T: the pooled within-sequence cosine is the mean of the per-sequence ones
+    assert abs(float(metrics.anisotropy(jnp.asarray(x, jnp.float32))[1]) - ow) < 1e-5
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 8), (2, 7, 4), (5, 2, 3)])

@@ -9,17 +9,26 @@ branch's output) makes the Lab keep it. A metric's dimensions (`Metric.dims`: no
 lab adds `layer` in front (docs/extending.md, "Metric dimensions"). A new metric is one
 `register_metric` call, in simlab or in a plugin (docs/extending.md).
 
-The package, by concept: `cosine` (mean pairwise cosines and their split into pairs within and
-between sequences), `rows` (the attention rows: entropy, maximum, the sink mass, pooled or per
-head), `tokens` (stable rank, a branch against its token, the mean query and key, the position-0
-norm ratio), `shared` (what the metrics of one layer share), `registry` (Metric, Dim, METRICS,
-DIMS, layer_metrics) and `builtin` (simlab's own entries, registered in a fixed order).
+The package, by concept: `registry` (Metric, Dim, METRICS, DIMS, layer_metrics), `shared` (what
+the metrics of one layer share), `cosine` (mean pairwise cosines), `rows` (the attention rows:
+entropy, maximum), `tokens` (stable rank, a branch against its token, the mean query and key),
+`builtin` (the first metrics, registered in a fixed order); then one module per metric family
+added since, each its functions and its registrations: `pairs` (the cosine within and between
+sequences), `heads` (per-head entropy and sink mass, dimension `head`), `position0` (the
+position-0 norm ratio). A new family is one such module (and its import below) plus its test.
 """
 
 from __future__ import annotations
 
 from simlab.core.linalg import unit_vectors
-from simlab.core.metrics import builtin  # noqa: F401 -- registers simlab's own metrics
+
+# simlab's own metrics, registered in this order (builtin's order fixes the default set)
+from simlab.core.metrics import (  # noqa: F401
+    builtin,  # noqa: F401
+    heads,
+    pairs,
+    position0,
+)
 from simlab.core.metrics.builtin import (
     ISOSCORE_STAR_ZETA,
     _isoscore_star,  # noqa: F401 -- kept: tests and scripts read it here
@@ -32,6 +41,8 @@ from simlab.core.metrics.cosine import (
     mean_pairwise_cos,
     pair_split,
 )
+from simlab.core.metrics.heads import entropy_per_head, sink_per_head
+from simlab.core.metrics.position0 import position0_norm_ratio
 from simlab.core.metrics.registry import (
     DIMS,
     METRICS,
@@ -52,12 +63,9 @@ from simlab.core.metrics.rows import (
     attn_entropy,
     attn_max,
     entropy_of_rows,
-    entropy_per_head,
-    sink_per_head,
 )
 from simlab.core.metrics.shared import Shared
 from simlab.core.metrics.tokens import (
-    position0_norm_ratio,
     qk_drift,
     qk_mean_stats,
     residual_ratio,

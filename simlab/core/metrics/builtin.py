@@ -1,10 +1,10 @@
-"""simlab's own metrics, registered in METRICS in a fixed order (the default metric set, and with
-it the fingerprints of earlier results, depend on it: new metrics go at the end, default=False).
+"""simlab's first metrics, registered in METRICS in a fixed order (the default metric set, and
+with it the fingerprints of earlier results, depend on it). Metrics added since are one module
+each (pairs, heads, position0), registered after these, all with default=False.
 
 The decomposition metrics (within-sequence gain, the branches' own cosines, the centred
-cosines), the covariance measures (docs/metrics.md), the pair split of the cosine, the per-head
-statistics of the attention (dimension `head`) and the position-0 norm ratio are registered with
-default=False: a sweep computes them where `sweep.metrics` names them.
+cosines) and the covariance measures (docs/metrics.md) are registered with default=False: a
+sweep computes them where `sweep.metrics` names them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import jax.numpy as jnp
 
 from simlab.core import geometry
 from simlab.core.metrics.registry import METRICS, Metric
-from simlab.core.metrics.rows import entropy_of_rows, entropy_per_head, sink_per_head
+from simlab.core.metrics.rows import entropy_of_rows
 from simlab.core.metrics.tokens import (
-    position0_norm_ratio,
     qk_mean_stats,
     residual_ratio,
     stable_rank,
@@ -303,70 +302,6 @@ for _metric in (
         ("q_mean", "k_mean"),
         "per head cos(mean query, mean key) (0 if one is zero), averaged",
         (-1.0, 1.0),
-    ),
-):
-    METRICS.register(_metric, source=BUILTIN)
-
-
-def _pair_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
-    return (
-        Metric(
-            f"{tag}_cos_within_pooled",
-            lambda c: c.cos_pairs(field)[0],
-            (field,),
-            f"mean cosine over the B T (T-1) ordered pairs i != j of one sequence ({what})",
-            (-1.0, 1.0),
-            default=False,
-        ),
-        Metric(
-            f"{tag}_cos_between",
-            lambda c: c.cos_pairs(field)[1],
-            (field,),
-            f"mean cosine over the B (B-1) T^2 ordered pairs of two sequences ({what}); "
-            "NaN for one sequence",
-            (-1.0, 1.0),
-            default=False,
-        ),
-    )
-
-
-_WHAT = {
-    "input": ("x", "the layer input"),
-    "attn": ("attn", "the attention sub-layer output (after W_O, before the residual)"),
-    "out": ("y", "the block output"),
-}
-
-for _metric in (
-    *(m for tag, (field, what) in _WHAT.items() for m in _pair_metrics(tag, field, what)),
-    Metric(
-        "attn_entropy_head",
-        lambda c: entropy_per_head(c.layer.row_entropy, c.layer.x.shape[1], c.causal),
-        ("row_entropy",),
-        "per head, mean over its rows of H(w_i) / log(n_i): 1 uniform, 0 one-hot",
-        (0.0, 1.0),
-        default=False,
-        dims=("head",),
-    ),
-    Metric(
-        "attn_sink_head",
-        lambda c: sink_per_head(c.layer.sink),
-        ("sink",),
-        "per head, mean over its rows of w_i0: the attention mass on key position 0 (the sink)",
-        (0.0, 1.0),
-        default=False,
-        dims=("head",),
-    ),
-    *(
-        Metric(
-            f"{tag}_pos0_norm_ratio",
-            lambda c, field=field: position0_norm_ratio(getattr(c.layer, field)),
-            (field,),
-            f"per sequence |x_0| / median_(t>=1) |x_t|, averaged over sequences ({what})",
-            (0.0, math.inf),
-            default=False,
-        )
-        for tag, (field, what) in _WHAT.items()
-        if tag != "attn"
     ),
 ):
     METRICS.register(_metric, source=BUILTIN)

@@ -1,5 +1,4 @@
-"""Mean pairwise cosines (anisotropy), exact in O(n d), and their split into pairs within a
-sequence and pairs between sequences.
+"""Mean pairwise cosines (anisotropy), exact in O(n d).
 
 Anisotropy (mean pairwise cosine over distinct pairs, Ethayarajh 2019; Godey et al. 2024)
 is computed exactly in O(n d) from unit vectors u_i = x_i / |x_i|:
@@ -9,17 +8,7 @@ counts in the n (n - 1) pairs (so n zero vectors give 0, not NaN). The centred c
 the same formula to x_i - xbar, the mean of the set removed first (`centred`,
 `anisotropy_centred`): a vector common to every token, which moves the raw cosine toward 1,
 leaves them unchanged by construction.
-
-The pair split (`pair_split`). Of the n (n - 1) ordered pairs of n = B T tokens in B sequences
-of T, B T (T - 1) lie within a sequence and B (B - 1) T^2 between two sequences; each distinct
-pair is in exactly one of the two. With s_b = sum_t u_bt, q_b = sum_t |u_bt|^2, S = sum_b s_b:
-    within (pooled) = sum_b (|s_b|^2 - q_b) / (B T (T - 1))
-    between         = (|S|^2 - sum_b |s_b|^2) / (B (B - 1) T^2)
-and the global cosine is their pair-weighted mix, exactly:
-    global = [B T (T - 1) within + B (B - 1) T^2 between] / [B T (B T - 1)].
-The pooled within-sequence cosine weights every sequence alike, as `anisotropy`'s mean over
-sequences does (equal T), but counts zero vectors as pairs in the same way as the global one.
-Neither part depends on how many sequences are pooled (issue 50: the global cosine does).
+Their split into pairs within and between sequences: simlab.core.metrics.pairs.
 """
 
 from __future__ import annotations
@@ -60,8 +49,9 @@ def anisotropy(x_BTD):
 def pair_split(x_BTD):
     """(pooled within-sequence cosine, between-sequence cosine) of x (B, T, D): the mean cosine
     over the B T (T - 1) ordered pairs i != j of one sequence, and over the B (B - 1) T^2
-    ordered pairs of two different sequences (module docstring; each distinct pair in exactly
-    one). With one sequence (B = 1) there is no pair between sequences: NaN."""
+    ordered pairs of two different sequences (each distinct pair in exactly one; the identity
+    that mixes them into the global cosine: simlab.core.metrics.pairs). With one sequence
+    (B = 1) there is no pair between sequences: NaN."""
     b, t, _ = x_BTD.shape
     u = unit_vectors(x_BTD)
     s_BD, q_B = jax.lax.optimization_barrier((jnp.sum(u, axis=1), jnp.sum(u * u, axis=(1, 2))))

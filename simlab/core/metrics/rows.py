@@ -1,10 +1,8 @@
-"""Statistics of the attention rows: the normalised row entropy (sharpness), the row maximum,
-and the mass each row puts on key position 0 (the attention sink: Xiao et al. 2024, "Efficient
-Streaming Language Models with Attention Sinks", ICLR; Gu et al. 2025, "When Attention Sink
-Emerges in Language Models", ICLR), pooled over all heads or kept per head (dimension `head`).
+"""Statistics of the attention rows: the normalised row entropy (sharpness) and the row maximum,
+pooled over all heads (per head: simlab.core.metrics.heads).
 
-The attention computes per row, in nats, H_i = -sum_j w_ij log w_ij, and w_i0 (block.Layer:
-row_entropy, row_max and sink, each (B, H, T)); these functions average them."""
+The attention computes per row, in nats, H_i = -sum_j w_ij log w_ij (block.Layer.row_entropy,
+(B, H, T)); these functions average it."""
 
 from __future__ import annotations
 
@@ -29,25 +27,6 @@ def entropy_of_rows(h_BHT, keys: int, causal: bool):
     h_BHT = jnp.where(valid, h_BHT / norm, 0.0)
     rows = jnp.sum(valid).astype(h_BHT.dtype) * float(b * h)  # a float count: no int32 overflow
     return jnp.sum(h_BHT) / rows
-
-
-def entropy_per_head(h_BHT, keys: int, causal: bool):
-    """Per head (H,): the mean over its rows (all B sequences, the rows with more than one
-    attended key) of H_i / log(n_i), as `entropy_of_rows` pools over heads; the mean over
-    heads equals `entropy_of_rows` (every head has the same rows)."""
-    b, _, t = h_BHT.shape
-    n_keys, valid = _row_weights(t, keys, causal)
-    norm = jnp.log(jnp.where(valid, n_keys, 2).astype(h_BHT.dtype))
-    h_BHT = jnp.where(valid, h_BHT / norm, 0.0)
-    rows = jnp.sum(valid).astype(h_BHT.dtype) * float(b)
-    return jnp.sum(h_BHT, axis=(0, 2)) / rows
-
-
-def sink_per_head(w0_BHT):
-    """Per head (H,): the mean over all B T query rows of w_i0, the weight on key position 0
-    (every row attends to key 0, under the causal mask too): 1/S for uniform attention over S
-    keys, 1 when every query attends to the first token alone."""
-    return jnp.mean(w0_BHT, axis=(0, 2))
 
 
 def attn_entropy(w_BHTS, causal: bool):

@@ -1,7 +1,5 @@
 """Token-wise statistics of a layer's fields: the stable rank of a sequence, a branch's size
-and direction against its input token, the mean query and key, and the norm of position 0
-against the other positions (a massive activation: Sun, Chen, Kolter & Liu 2024, "Massive
-Activations in Large Language Models", COLM)."""
+and direction against its input token and the mean query and key."""
 
 from __future__ import annotations
 
@@ -57,15 +55,3 @@ def qk_mean_stats(mq_HK, mk_HK):
     nq, nk = jnp.linalg.norm(mq_HK, axis=-1), jnp.linalg.norm(mk_HK, axis=-1)
     dot = jnp.sum(unit_vectors(mq_HK) * unit_vectors(mk_HK), axis=-1)
     return jnp.mean(nq), jnp.mean(nk), jnp.mean(dot)
-
-
-def position0_norm_ratio(x_BTD):
-    """Per sequence |x_0| / median_{t >= 1} |x_t| (the median of the T - 1 other positions'
-    norms: the mean of the two middle ones when T - 1 is even), averaged over sequences; a
-    sequence whose median is 0 counts as 0. Norms after dividing each sequence by its
-    max |x| (no overflow of |x|^2; the ratio is scale-free). Sun et al. 2024 report the
-    largest activation over the median; Queipo-de-Llano et al. 2025 the position-0 norm spike."""
-    m = jnp.max(jnp.abs(x_BTD), axis=(-2, -1), keepdims=True)
-    n_BT = jnp.linalg.norm(x_BTD / jnp.where(m > 0, m, 1.0), axis=-1)
-    med_B = jnp.median(n_BT[:, 1:], axis=-1)
-    return jnp.mean(jnp.where(med_B > 0, n_BT[:, 0] / jnp.where(med_B > 0, med_B, 1.0), 0.0))
