@@ -188,6 +188,23 @@ def test_sink_and_head_entropy_on_every_path_vs_numpy_layer(kind, causal, patter
         np.testing.assert_allclose(np.asarray(got["attn_entropy_head"]), want_h, atol=2e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_key0_weight_of_the_previous_key_clamp(causal):
+    """ "other": row i's target is key i - 1 (row 0: key S - 1, or key 0 under the mask), so key 0
+    is the target of row 1 (and, causal, of row 0): w_i0 = e^b / (e^b + n_i - 1) there,
+    1 / (e^b + n_i - 1) elsewhere."""
+    from simlab.core import patterns
+
+    t, beta = 5, 1.3
+    got = np.asarray(patterns.key0_weight("other", jnp.float32(beta), t, t, causal))
+    want = []
+    for i in range(t):
+        n = i + 1 if causal else t
+        target = (i - 1) if i >= 1 else (0 if causal else t - 1)
+        want.append((np.exp(beta) if target == 0 else 1.0) / (np.exp(beta) + n - 1))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_the_lab_declares_each_metrics_dims():
     """Lab.metric_dims: `layer` for a stack, then the metric's own; the sizes from the specs."""
     inputs = InputSpec(kind="gaussian", batch=2, length=6)
