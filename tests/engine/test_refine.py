@@ -297,3 +297,20 @@ def test_a_refine_level_outside_the_data_warns(capsys):
     assert "refine.level 5 is outside the range of entropy on the coarse grid" in err
     run_sweep(coarse, lab=LAB, quiet=True)
     assert "refine.level" not in capsys.readouterr().err
+
+
+def test_refine_select_and_its_layer_sugar():
+    """[refine] select = {dim = index} reads the metric at an index of any further dimension;
+    refine.layer = I is its sugar and stays so in the resolved config (the fingerprint of a
+    sweep written with it is unchanged); a dimension selected twice is refused by name, and one
+    the metric does not have when the refinement reads it."""
+    sugar = load_config({**TOY, "refine": {"metric": "cos", "level": 0.5, "levels": 1, "layer": 1}})
+    assert sugar.refine.select == (("layer", 1),)
+    assert sugar.refine.to_dict()["layer"] == 1 and "select" not in sugar.refine.to_dict()
+    table = {"metric": "cos", "level": 0.5, "levels": 1, "select": {"head": -1}}
+    got = load_config({**TOY, "refine": table}).refine
+    assert got.select == (("head", -1),) and got.to_dict()["select"] == {"head": -1}
+    with pytest.raises(ConfigError, match=r"refine.layer: 'layer' is selected twice"):
+        load_config({**TOY, "refine": {**table, "select": {"layer": 0}, "layer": 1}})
+    with pytest.raises(ConfigError, match=r"refine.select: head is not a dimension of cos"):
+        run_sweep({**TOY, "refine": table}, lab=LAB, out=None, quiet=True)
