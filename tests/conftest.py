@@ -61,6 +61,10 @@ class ToyLab:
         y = knobs["attn_residual"] * x + jnp.einsum("bts,bsd->btd", p, x)
         return {"entropy": entropy, "cos": jnp.stack([_cos(x), _cos(y)])}
 
+    def metric_dims(self):
+        """The names of each metric's dimensions at one point (LabProtocol, optional)."""
+        return {"entropy": [], "cos": ["layer"]}
+
 
 # One persistent compilation cache for every compiled program of the tests (every xdist worker
 # and every subprocess inherits it), kept between runs: most of the suite's time is XLA

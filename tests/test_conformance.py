@@ -7,11 +7,26 @@ metric's bounds at the extreme knobs in tests/core/test_numerics.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simlab import testing
 from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
+from simlab.core.metrics import default_metrics
+
+# not computed by default: the per-head metrics (dimension head), the pair split of the cosine
+# and the position-0 norm ratio, added to the post-LN case's chunk and device identity
+DIMENSIONED = (
+    "attn_entropy_head",
+    "attn_sink_head",
+    "out_cos_within_pooled",
+    "out_cos_between",
+    "attn_cos_between",
+    "input_cos_between",
+    "out_pos0_norm_ratio",
+)
 
 CASES = {c.name: c for c in testing.covering_cases()}
 ENTRIES = [("block", k) for k in BLOCKS] + [("inputs", k) for k in INPUTS]
@@ -47,7 +62,10 @@ def test_sweeps_identical_across_chunk_sizes_and_devices(kind):
     give the same arrays bit for bit (the README's promise); post-LN also on 4 devices (each
     device compiles its own copy of the program, so every extra device costs a compile)."""
     devices = (1, 2, 4) if kind == "post_ln" else (1, 2)
-    testing.assert_sweeps_identical(testing.block_cases([kind])[1], devices=devices)
+    case = testing.block_cases([kind])[1]
+    if kind == "post_ln":  # and the metrics with dimensions or pair splits, in the same program
+        case = dataclasses.replace(case, metrics=(*default_metrics(), *DIMENSIONED))
+    testing.assert_sweeps_identical(case, devices=devices)
 
 
 @pytest.mark.parametrize("kind", list(INPUTS))

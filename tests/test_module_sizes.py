@@ -13,7 +13,6 @@ MAX_LINES = 500
 BEING_SPLIT = {
     "checkpoints/architectures.py",
     "core/block.py",
-    "core/metrics.py",
 }
 
 

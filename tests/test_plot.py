@@ -177,7 +177,13 @@ def sweep(tmp_path):
         d=np.array([7.0]),
     )
     metrics = {"m": rng.normal(size=(4, 3, 2, 1, 5)), "ml": rng.normal(size=(4, 3, 2, 1, 5, 3))}
+    metrics["mh"] = rng.normal(size=(4, 3, 2, 1, 5, 3, 2))  # (layer, head)
     meta = {
+        "dims": {
+            "m": ["a", "b", "c", "d", "seed"],
+            "ml": ["a", "b", "c", "d", "seed", "layer"],
+            "mh": ["a", "b", "c", "d", "seed", "layer", "head"],
+        },
         "axes": [
             {"name": "a", "knobs": ["q_scale", "k_scale"], "space": "log", "values": None},
             {"name": "b", "knobs": ["b"], "space": "lin"},
@@ -211,6 +217,31 @@ def test_plot_results_2d_mean_and_title(sweep):
         np.asarray(ax2.collections[0].get_array()).reshape(4, 3),
         res.metrics["m"][:, :, 0, 0, :].mean(axis=-1),
     )
+
+
+def test_plot_results_selects_any_further_dimension(sweep):
+    """A metric's further dimensions (meta.json's dims: here layer and head) are selected by
+    name like any other (default: the last index), in plot_results and `simlab plot --select`;
+    `--layer` is sugar for --select layer=I; a dimension no metric has, or an index out of
+    range, is an error naming it."""
+    res, d = sweep
+    for sel, (li, hi) in (({}, (2, 1)), ({"head": 0}, (2, 0)), ({"head": 0, "layer": -3}, (0, 0))):
+        _, ax = plot.plot_results(res, x="a", y="b", metric="mh", select={"c": 0, **sel})
+        want = res.metrics["mh"][:, :, 0, 0, :, li, hi].mean(axis=-1).T
+        np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(3, 4), want)
+        assert f"(layer {li}, head {hi})" in ax.collections[0].colorbar.ax.get_ylabel()
+    _, ax = plot.plot_results(res, x="a", y="b", metric="mh", layer=1, select={"c": 0, "head": 0})
+    assert "(layer 1, head 0)" in ax.collections[0].colorbar.ax.get_ylabel()
+    np.testing.assert_array_equal(
+        res.select("mh", c=2.0, d=7, layer=1, head=-1), res.metrics["mh"][:, :, 1, 0, :, 1, 1]
+    )
+    with pytest.raises(ConfigError, match="head 2 out of range"):
+        plot.plot_results(res, x="a", y="b", metric="mh", select={"c": 0, "head": 2})
+    with pytest.raises(ConfigError, match="axis 'head' not in this sweep.*dimensions: layer"):
+        plot.plot_results(res, x="a", y="b", metric="ml", select={"c": 0, "head": 1})
+    argv = (d, "--x", "a", "--y", "b", "--metric", "mh", "--select", "c=0", "--select", "head=1")
+    assert plot_cli.cli_main(_args(*argv)) == 0
+    assert (d / "mh_a_b_c0_head1.png").exists()
 
 
 def test_plot_results_layer(sweep):
@@ -274,7 +305,7 @@ def test_plot_results_errors_name_the_axis(sweep):
         plot.plot_results(res, x="a", y="b", metric="m", select={"b": 1, "c": 0})
     with pytest.raises(ConfigError, match="'q'.*a, b, c, d"):
         plot.plot_results(res, x="q", y="b", metric="m", select={"c": 0})
-    with pytest.raises(ConfigError, match="'nope'.*m, ml"):
+    with pytest.raises(ConfigError, match="'nope'.*m, mh, ml"):
         plot.plot_results(res, x="a", y="b", metric="nope", select={"c": 0})
 
 

@@ -1,9 +1,10 @@
 """`simlab plot DIR --x AXIS [--y AXIS] --metric NAME [--metric NAME ...] [--out FILE]
-[--layer I] [--select AXIS=VALUE ...] [--contour METRIC --levels v1,v2,...] [--vmin V --vmax V]
+[--layer I] [--select NAME=VALUE ...] [--contour METRIC --levels v1,v2,...] [--vmin V --vmax V]
 [--band ci|std|sem|none] [--level P]`: a phase diagram or a curve with a seed band (by default
 the 95% Student-t confidence interval of the seed mean) from a finished sweep
-(simlab.plot.plot_results), one file per metric; the file's suffix picks the format (.png,
-.pdf, .svg)."""
+(simlab.plot.plot_results), one file per metric; --select fixes an axis at a coordinate or a
+further dimension of the metric (head, layer, ...) at an index; the file's suffix picks the
+format (.png, .pdf, .svg)."""
 
 from __future__ import annotations
 
@@ -45,14 +46,19 @@ def add_arguments(parser) -> None:
         "gets its metric's name before the suffix",
     )
     parser.add_argument(
-        "--layer", type=int, metavar="I", help="layer of a per-layer metric (default: the last)"
+        "--layer",
+        type=int,
+        metavar="I",
+        help="layer of a per-layer metric (default: the last); the same as --select layer=I",
     )
     parser.add_argument(
         "--select",
         action="append",
         default=[],
-        metavar="AXIS=VALUE",
-        help="fix another axis at its coordinate nearest VALUE, on the axis's scale (repeatable)",
+        metavar="NAME=VALUE",
+        help="fix another axis at its coordinate nearest VALUE, on the axis's scale, or a "
+        "further dimension of the metric (layer, head, ...; default its last) at the index VALUE "
+        "(repeatable)",
     )
     parser.add_argument("--contour", metavar="METRIC", help="second metric drawn as contour lines")
     parser.add_argument("--levels", metavar="v1,v2,...", help="contour levels (default: automatic)")

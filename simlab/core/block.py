@@ -68,8 +68,8 @@ class Full(NamedTuple):
 
 class Attn(NamedTuple):
     """The attention sub-layer: output after W_O (B, T, D), per-row entropy H(w_i) in nats and
-    max_j w_ij (B, H, T), the token means of the shaped queries and keys (H, K), and the full
-    intermediates on the plain path (None when tiled)."""
+    max_j w_ij (B, H, T), the token means of the shaped queries and keys (H, K), the full
+    intermediates on the plain path (None when tiled), and the weight w_i0 on key 0 (B, H, T)."""
 
     out: jax.Array
     row_entropy: jax.Array
@@ -77,6 +77,7 @@ class Attn(NamedTuple):
     q_mean: jax.Array
     k_mean: jax.Array
     full: Full | None
+    sink: jax.Array | None = None
 
 
 class Layer(NamedTuple):
@@ -84,7 +85,8 @@ class Layer(NamedTuple):
     gain and the residual), output y (all (B, T, D)); per-row attention entropy (nats) and max
     (B, H, T); the means over all tokens of the shaped queries q' and keys k' (H, K); `full`
     (plain path only, else None): the full q', k' and weights; `mlp`: the MLP branch's output
-    (B, T, D) before its gain, only where a metric reads it (else None)."""
+    (B, T, D) before its gain, only where a metric reads it (else None); `sink`: each row's
+    weight w_i0 on key position 0 (B, H, T)."""
 
     x: jax.Array
     attn: jax.Array
@@ -95,6 +97,7 @@ class Layer(NamedTuple):
     k_mean: jax.Array
     full: Full | None
     mlp: jax.Array | None = None
+    sink: jax.Array | None = None
 
 
 def _act(spec: BlockSpec):
@@ -172,6 +175,7 @@ def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
         jnp.mean(q, axis=(0, 1)),
         jnp.mean(k, axis=(0, 1)),
         Full(q, k, w),
+        w[..., 0],
     )
 
 
@@ -194,7 +198,8 @@ def tiled_attention(
         spec.causal,
     )
     k_mean = attention.shift_k(jnp.mean(k, axis=(0, 1)), u_k_HK, knobs)
-    return Attn(rs.out + p["bo"], rs.entropy, rs.max, jnp.mean(q, axis=(0, 1)), k_mean, None)
+    q_mean = jnp.mean(q, axis=(0, 1))
+    return Attn(rs.out + p["bo"], rs.entropy, rs.max, q_mean, k_mean, None, rs.sink)
 
 
 def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
@@ -206,6 +211,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
     out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
     shape = (q.shape[0], spec.n_heads, q.shape[1])
     k_mean = attention.shift_k(jnp.mean(k, axis=(0, 1)), u_k_HK, knobs)
+    w0_T = patterns.key0_weight(spec.pattern, beta, q.shape[1], k.shape[1], spec.causal)
     return Attn(
         out + p["bo"],
         jnp.broadcast_to(h_T, shape),
@@ -213,6 +219,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
         jnp.mean(q, axis=(0, 1)),
         k_mean,
         None,
+        jnp.broadcast_to(w0_T, shape),
     )
 
 
@@ -481,7 +488,9 @@ def layer_apply(
     else:
         out = tiled.by_tokens(tiling, lambda xa: tokens(*xa), (x_BTD, at.out))
     y, f = out if keep_mlp else (out, None)
-    return Layer(x_BTD, at.out, y, at.row_entropy, at.row_max, at.q_mean, at.k_mean, at.full, f)
+    return Layer(
+        x_BTD, at.out, y, at.row_entropy, at.row_max, at.q_mean, at.k_mean, at.full, f, at.sink
+    )
 
 
 def stack_apply(

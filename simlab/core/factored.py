@@ -104,4 +104,4 @@ def attention(
     mq = sum(coefs[c] * hoisted["means"][c][0] for c in coefs) + p0["bq"]
     mk = sum(coefs[c] * hoisted["means"][c][1] for c in coefs) + p0["bk"]
     q_mean, k_mean = shift_q(mq, u_q_HK, knobs), shift_k(mk, u_k_HK, knobs)
-    return Attn(out, rs.entropy, rs.max, q_mean, k_mean, None)
+    return Attn(out, rs.entropy, rs.max, q_mean, k_mean, None, rs.sink)

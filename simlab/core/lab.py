@@ -2,7 +2,9 @@
 
   state = lab.seed_state(key)      once per seed: weights, input components, the random
                                    shift directions, and (hoisted) layer-0 projections
-  out = lab.point(state, knobs)    per grid point: metric name -> () or (depth,) array
+  out = lab.point(state, knobs)    per grid point: metric name -> array of its dims
+                                   (lab.metric_dims(): `layer` for depth > 1, then the
+                                   metric's own, e.g. `head`; none: a number)
 
 Common random numbers (docs/design.md): everything random comes from `key`, so every grid point
 of a seed sees the same weights, tokens and directions. Hoisting: the inputs are
@@ -45,8 +47,11 @@ from simlab.core.init import draws, init_params, param_shapes
 from simlab.core.inputs import INPUTS, require_weights
 from simlab.core.knobs import KNOBS, inert_knobs
 from simlab.core.metrics import (
+    DIMS,
     METRICS,
+    STACK_DIM,
     default_metrics,
+    dim_sizes,
     layer_metrics,
     needs_full_weights,
     reads_ids,
@@ -62,6 +67,12 @@ from simlab.registry import BUILTIN
 MICRO_BATCH_BYTES = 16 << 20
 
 
+def dimension_names() -> tuple[str, ...]:
+    """The registered metric dimensions (simlab.core.metrics.DIMS, read live): the names a
+    metric's value may carry after the axes and "seed", which no axis may take."""
+    return tuple(DIMS)
+
+
 @runtime_checkable
 class LabProtocol(Protocol):
     """What `run_sweep(lab=...)` needs of a model; simlab's `Lab` is one.
@@ -69,10 +80,14 @@ class LabProtocol(Protocol):
       metric_names: the metrics `point` returns (sweep.metrics keeps a subset);
       seed_state(key) -> state: everything one seed needs (weights, inputs, directions), from
           the PRNG key alone (common random numbers: every point of a seed sees the same);
-      point(state, knobs) -> {metric: () or (depth,) array}: one grid point; `knobs` holds every
+      point(state, knobs) -> {metric: array}: one grid point; `knobs` holds every
           registered knob (simlab.core.knobs.KNOBS) as a scalar of the default float dtype.
           Pure and jit/vmap-able: the engine vmaps it over a micro-batch of points.
     Optional methods the engine uses when present:
+      metric_dims() -> {metric: [dim names]}: the names of the dimensions of each metric's
+          value at one point (stored in meta.json's "dims" after the axes and "seed"; without
+          it, or for a metric it omits, they are named dim0, dim1, ...);
+      covariate_dims() -> {covariate: [dim names]}: the same for `covariates` (after "seed");
       identity() -> dict (JSON-able): names the model and its settings. It enters the sweep's
           fingerprint, so a directory another lab wrote is refused instead of resumed or merged
           (without it, the class's qualified name and a sha256 of its module's source stand in);
@@ -127,6 +142,7 @@ class Lab:
         if not names:
             raise ConfigError("sweep.metrics: must name at least one metric")
         self.metric_names = names
+        self._shapes = {n: dim_sizes(n, block, inputs) for n in names}
         # unit-normalised tokens are not linear in the knobs: nothing to hoist
         self.hoist = (
             hoist and not BLOCKS[block.kind].norm_before_projections and not inputs.normalize
@@ -167,11 +183,27 @@ class Lab:
             else None
         )
 
+    def metric_dims(self) -> dict[str, list[str]]:
+        """Each metric's dimension names at one point: `layer` (the stack, for depth > 1),
+        then the metric's own declared dims (simlab.core.metrics.Metric.dims)."""
+        stack = [STACK_DIM] if self.block.depth > 1 else []
+        return {n: stack + list(METRICS[n].dims) for n in self.metric_names}
+
+    def metric_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each metric's per-layer shape, its declared dims' sizes read from the specs."""
+        return {n: dim_sizes(n, self.block, self.inputs) for n in self.metric_names}
+
+    def covariate_dims(self) -> dict[str, list[str]]:
+        """Each covariate's dimension names after "seed": one value per layer (`covariates`)."""
+        names = ("drift_vo", "drift_vo_dot", "vo_iso", "vo_trace", "drift_q")
+        mlp = ("mlp_shared", "mlp_drift_dot", "mlp_trace") if self.block.mlp else ()
+        return {n: [STACK_DIM] for n in names + mlp}
+
     def check_metric_shapes(self) -> None:
         """Trace one point abstractly (jax.eval_shape, no compute) when a requested metric is a
-        plugin's, so that one returning other than a number per layer is refused
+        plugin's, so that one returning other than its declared shape is refused
         (simlab.core.metrics.layer_metrics) before a sweep writes anything; simlab's own
-        metrics are scalars by construction (tests/core/test_metrics.py)."""
+        metrics have their declared shapes by construction (tests/core/test_metrics.py)."""
         if all(METRICS.source(n) == BUILTIN for n in self.metric_names):
             return
         state = jax.eval_shape(self.seed_state, jax.random.PRNGKey(0))
@@ -403,4 +435,4 @@ class Lab:
         return out
 
     def _observe(self, layer: block.Layer, ids=None):
-        return layer_metrics(self.metric_names, self.block.causal, layer, ids)
+        return layer_metrics(self.metric_names, self.block.causal, layer, ids, self._shapes)

@@ -200,6 +200,17 @@ def attend(pattern: str, beta_, v_BSHK, wo_HKD, causal: bool):
     return out, h, p
 
 
+def key0_weight(pattern: str, beta_, t: int, s: int, causal: bool) -> jax.Array:
+    """(T,): each row's weight w_i0 on key position 0 (the sink mass), p_i where the target is
+    key 0 (t_i = 0) and o_i otherwise (beta taken as 0 unless the pattern `sharpens`)."""
+    entry = PATTERNS[pattern]
+    beta_ = beta_ if entry.sharpens else jnp.zeros_like(beta_)
+    p, o, _ = row_stats(beta_, n_keys(t, s, causal, jnp.result_type(beta_)))
+    if entry.target is None:
+        return o
+    return jnp.where(jnp.asarray(entry.target(t, s, causal)) == 0, p, o)
+
+
 def take_keys(x_BSD, t_T, max_runs: int = 8):
     """x_BSD[:, t_T] (B, T, D) for static target keys t_T (T,), without a gather where the
     targets form few runs of consecutive keys: one slice per run, concatenated (the same key

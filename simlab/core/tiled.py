@@ -10,6 +10,7 @@ unscaled scores s_ij (docs/design.md, "Per-point work at the paper's size"):
     e_ij = exp(l_ij),   z_i = sum_j e_ij            (log-sum-exp of c s_i: c m_i + log z_i)
     H_i = log z_i - (sum_j e_ij l_ij) / z_i         the row entropy, with no log of the weights
     max_j w_ij = 1 / z_i                            (the arg max has l = 0, e = 1)
+    w_i0 = e_i0 / z_i                               (the mass on key 0, the sink)
     o_i = (sum_j e_ij v_j) / z_i,  out_i = o_i W_O  (A V and the output projection in the tile)
 
 Keeping c apart from the scores and subtracting the row maximum of the *unscaled* scores first
@@ -74,12 +75,13 @@ def choose_tiling(
 
 
 class RowStats(NamedTuple):
-    """What the tiled attention returns: out = (A V) W_O (B, T, D), per-row entropy H_i in nats
-    and max_j w_ij, both (B, H, T)."""
+    """What the tiled attention returns: out = (A V) W_O (B, T, D), per-row entropy H_i in nats,
+    max_j w_ij and the weight w_i0 on key position 0, each (B, H, T)."""
 
     out: jax.Array
     entropy: jax.Array
     max: jax.Array
+    sink: jax.Array
 
 
 def softmax_stats(s_NHRS, factor, mask_RS=None):
@@ -132,7 +134,8 @@ def attend(
         out = (o_NRF.astype(wo_HKD.dtype) @ wo_HKD.reshape(heads * d_head, -1)).reshape(
             n, t.rows, -1
         )
-        return out, h.reshape(n, heads, t.rows), (1.0 / z).reshape(n, heads, t.rows)
+        rows = (n, heads, t.rows)
+        return out, h.reshape(rows), (1.0 / z).reshape(rows), (e[..., 0] / z).reshape(rows)
 
     def one_group(xs):
         qx, kx, v_NHSK = xs
@@ -140,18 +143,15 @@ def attend(
         if q == 1:
             return block(jax.tree.map(lambda a: a[:, 0], qx), kx, v_NHSK, 0)
         qx = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), qx)  # (Q, seqs, ...)
-        out, h, mx = jax.lax.map(lambda a: block(a[0], kx, v_NHSK, a[1]), (qx, jnp.arange(q)))
+        out, *rs = jax.lax.map(lambda a: block(a[0], kx, v_NHSK, a[1]), (qx, jnp.arange(q)))
         # (Q, seqs, R, D) -> (seqs, Q * R, D); (Q, seqs, H, R) -> (seqs, H, Q * R)
         out = jnp.swapaxes(out, 0, 1).reshape(n, t.length, -1)
-        h, mx = (jnp.moveaxis(a, 0, 2).reshape(n, a.shape[2], t.length) for a in (h, mx))
-        return out, h, mx
+        return (out, *(jnp.moveaxis(a, 0, 2).reshape(n, a.shape[2], t.length) for a in rs))
 
     xs = (group(query_xs), group(key_xs), group(v_BHSK))
     if t.groups == 1:
-        out, h, mx = one_group(jax.tree.map(lambda a: a[0], xs))
-        return RowStats(out, h, mx)
-    out, h, mx = jax.lax.map(one_group, xs)
-    return RowStats(*(a.reshape((t.batch,) + a.shape[2:]) for a in (out, h, mx)))
+        return RowStats(*one_group(jax.tree.map(lambda a: a[0], xs)))
+    return RowStats(*(a.reshape((t.batch,) + a.shape[2:]) for a in jax.lax.map(one_group, xs)))
 
 
 def by_tokens(tiling: Tiling, fn: Callable, xs):

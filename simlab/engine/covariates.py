@@ -3,7 +3,8 @@ closed forms use, computed once per seed when the sweep is merged and stored wit
 as seed-only arrays (`results.npz` keys "cov:<name>", `Results.covariates`).
 
 A lab provides them with an optional `covariates(state) -> {name: array}` method
-(simlab.core.lab.LabProtocol; simlab's Lab: one value per layer, simlab.core.lab.Lab.covariates).
+(simlab.core.lab.LabProtocol; simlab's Lab: one value per layer, simlab.core.lab.Lab.covariates;
+their dimension names: lab.covariate_dims()).
 They are derived from the seed keys alone (the same keys as the sweep's, key_s =
 fold_in(PRNGKey(base_seed), s)), so they are not part of the fingerprint: a directory written
 before they existed reloads as it was, with no covariates.
@@ -37,10 +38,14 @@ def seed_covariates(
     return {k: np.stack([c[k] for c in per_seed]) for k in per_seed[0]} if per_seed else {}
 
 
-def covariate_dims(covariates: dict) -> dict[str, list[str]]:
-    """meta.json's "covariates": name -> dimension names ("seed", then "layer" for a (seeds,
-    depth) array)."""
-    return {
-        k: ["seed"] + (["layer"] if v.ndim == 2 else [f"dim{i}" for i in range(v.ndim - 1)])
-        for k, v in covariates.items()
-    }
+def covariate_dims(covariates: dict, lab=None) -> dict[str, list[str]]:
+    """meta.json's "covariates": name -> dimension names ("seed", then the names the lab
+    declares, `lab.covariate_dims()`, or dim0, dim1, ... where it declares none)."""
+    declared = lab.covariate_dims() if hasattr(lab, "covariate_dims") else {}
+    out = {}
+    for k, v in covariates.items():
+        named = list(declared.get(k, ()))
+        out[k] = ["seed"] + (
+            named if len(named) == v.ndim - 1 else [f"dim{i}" for i in range(v.ndim - 1)]
+        )
+    return out

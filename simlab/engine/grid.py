@@ -9,7 +9,8 @@ axis sets each of its knobs, and the adaptive refinement of a level set ([refine
              values (one per coordinate; without values or space the coordinate is the index)
   [points]   an explicit list of knob points: knob = [values...] of equal length (and an
              optional name, default "point"): an axis of per-knob lists, put before the others
-  [refine]   metric, level, levels, axes, rule, layer: adaptive refinement of the level set
+  [refine]   metric, level, levels, axes, rule, select (layer: its sugar): adaptive refinement
+             of the level set
              metric = level (simlab.engine.refine)
 Every check names the field (e.g. "axes[1].stop") and raises simlab.errors.ConfigError.
 """
@@ -25,19 +26,24 @@ import numpy as np
 
 from simlab import validate
 from simlab.core import knobs as knob_registry
+from simlab.core.lab import dimension_names
 from simlab.engine.rules import RULES
 from simlab.errors import ConfigError
 
 AXIS_FIELDS = ("name", "knobs", "space", "start", "stop", "num", "values")
-# Dimensions the results add themselves: no axis may take their names.
-RESERVED_DIMS = ("seed", "layer")
+# Dimensions the results add themselves: no axis may take their names (nor a metric dimension's,
+# `reserved_dims`).
+RESERVED_DIMS = ("seed",)
 # Sizes of a grid (each far beyond any sweep that fits a machine; the memory preflight,
 # simlab.engine.sweep, refuses what does not fit long before these).
 MAX_AXES = 8
 MAX_AXIS_POINTS = 1 << 20
 # Fields of a knob's law on an axis (c x^p); a list of values is the other form.
 LAW_FIELDS = ("coef", "power")
-REFINE_FIELDS = ("metric", "level", "levels", "axes", "rule", "layer")
+# refine.<name> = I for these names is sugar for refine.select = {<name> = I} (and kept so in the
+# resolved config, so the fingerprint of a sweep written with it stays)
+REFINE_DIM_SUGAR = ("layer",)
+REFINE_FIELDS = ("metric", "level", "levels", "axes", "rule", "select", *REFINE_DIM_SUGAR)
 # "mean": refine a cell whose corners straddle the level in the seed mean; "any": in the seed
 # mean or in any single seed (simlab.engine.refine).
 MAX_REFINE_LEVELS = 16
@@ -122,15 +128,17 @@ class Axis:
 class Refine:
     """The [refine] table: refine the cells of the grid of `axes` whose corners straddle
     metric = level (rule "mean": in the seed mean; "any": in the mean or in any seed), `levels`
-    times, halving the cells each time (simlab.engine.refine). layer: of a stack's metric
-    (None: the last)."""
+    times, halving the cells each time (simlab.engine.refine). select: the index along each of
+    the metric's further dimensions it is read at ((name, index) pairs; a dimension not named:
+    its last index); sugar: the names of `select` given as refine.<name> (REFINE_DIM_SUGAR)."""
 
     metric: str
     level: float
     levels: int
     axes: tuple[str, ...]
     rule: str = "mean"
-    layer: int | None = None
+    select: tuple[tuple[str, int], ...] = ()
+    sugar: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -140,9 +148,17 @@ class Refine:
             "axes": list(self.axes),
             "rule": self.rule,
         }
-        if self.layer is not None:
-            d["layer"] = self.layer
+        table = {k: v for k, v in self.select if k not in self.sugar}
+        d.update({k: v for k, v in self.select if k in self.sugar})
+        if table:
+            d["select"] = table
         return d
+
+
+def reserved_dims() -> tuple[str, ...]:
+    """The names no axis may take: "seed" and every registered metric dimension (read live:
+    simlab.core.lab.dimension_names)."""
+    return RESERVED_DIMS + dimension_names()
 
 
 def parse_axis(d: Any, where: str) -> Axis:
@@ -153,10 +169,10 @@ def parse_axis(d: Any, where: str) -> Axis:
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name: must be a non-empty string, got {name!r}")
-    if name in RESERVED_DIMS:
+    if name in reserved_dims():
         raise ConfigError(
             f"{where}.name: {name!r} is reserved for the results' own dimension; "
-            f"reserved: {', '.join(RESERVED_DIMS)}"
+            f"reserved: {', '.join(reserved_dims())}"
         )
     knobs = d.get("knobs", [name] if name in knob_registry.KNOBS else None)
     if knobs is None:
@@ -307,9 +323,10 @@ def parse_points(d: Mapping[str, Any]) -> Axis:
     """The [points] table: knob = [values...] (equal lengths) and an optional name (default
     "point"): an axis of per-knob value lists whose coordinate is the point's index."""
     name = d.get("name", "point")
-    if not isinstance(name, str) or not name or name in RESERVED_DIMS:
+    if not isinstance(name, str) or not name or name in reserved_dims():
         raise ConfigError(
-            f"points.name: must be a non-empty string other than seed and layer, got {name!r}"
+            "points.name: must be a non-empty string other than "
+            f"{', '.join(reserved_dims())}, got {name!r}"
         )
     lists = {k: v for k, v in d.items() if k != "name"}
     if not lists:
@@ -348,9 +365,17 @@ def parse_refine(d: Mapping[str, Any], axes: tuple[Axis, ...]) -> Refine:
         raise ConfigError(f"refine.level: must be a finite number, got {level!r}")
     levels = validate.check_int("refine.levels", d.get("levels"), 1, MAX_REFINE_LEVELS)
     rule = validate.check_choice("refine.rule", d.get("rule", "mean"), tuple(RULES))
-    layer = d.get("layer")
-    if layer is not None:
-        layer = validate.check_int("refine.layer", layer, -(1 << 16), 1 << 16)
+    table = d.get("select", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"refine.select: must be a table {{dim = index}}, got {table!r}")
+    sugar = tuple(k for k in REFINE_DIM_SUGAR if d.get(k) is not None)
+    both = [(f"refine.select.{k}", k, v) for k, v in table.items()]
+    both += [(f"refine.{k}", k, d[k]) for k in sugar]
+    select = []
+    for where, k, v in both:
+        if any(k == s for s, _ in select):
+            raise ConfigError(f"{where}: {k!r} is selected twice")
+        select.append((k, validate.check_int(where, v, -(1 << 16), 1 << 16)))
     names = [a.name for a in axes]
     default = [a.name for a in axes if len(a.values) > 1]
     chosen = d.get("axes", default)
@@ -387,7 +412,7 @@ def parse_refine(d: Mapping[str, Any], axes: tuple[Axis, ...]) -> Refine:
             f"at most {MAX_LATTICE_POINTS}"
         )
     ordered = tuple(n for n in names if n in chosen)
-    return Refine(metric, float(level), levels, ordered, rule, layer)
+    return Refine(metric, float(level), levels, ordered, rule, tuple(select), sugar)
 
 
 def as_number_list(values: Any) -> Any:

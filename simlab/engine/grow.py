@@ -326,6 +326,24 @@ def _warn_level_outside(got, metric: str, level: float) -> None:
         )
 
 
+def _at_selection(got, r, lab):
+    """The refined metric's values (P, Z, *dims) at refine.select (each further dimension at
+    its index; one not named at its last): (P, Z). The names are the lab's
+    (records.metric_dims); one selected that the metric does not have is a ConfigError."""
+    names = records.metric_dims(["point"], {r.metric: got}, lab)[r.metric][2:]
+    wrong = [k for k, _ in r.select if k not in names]
+    if wrong:
+        have = ", ".join(names) or "none"
+        raise ConfigError(
+            f"refine.select: {', '.join(wrong)} is not a dimension of {r.metric} (its "
+            f"dimensions after the points and seeds: {have})"
+        )
+    try:
+        return results.take_dims(got, names, dict(r.select), r.metric)[0]
+    except ConfigError as e:
+        raise ConfigError(f"refine.select: {e}") from None
+
+
 def _refine(cfg, pool: Pool, seeds: range, worker):
     """The levels of a refinement, each planned and computed in full; (the points' knob
     values, the finished refine.State), or (None, None) for a worker done with its shares."""
@@ -340,12 +358,7 @@ def _refine(cfg, pool: Pool, seeds: range, worker):
         if st.done:
             return values, st
         got = pool.gather(cfg.knobs, values, seeds, (r.metric,))[r.metric]
-        if got.ndim == 3:
-            if r.layer is not None and not -got.shape[2] <= r.layer < got.shape[2]:
-                raise ConfigError(
-                    f"refine.layer: {r.layer} is outside the {got.shape[2]} layers of {r.metric}"
-                )
-            got = got[..., -1 if r.layer is None else r.layer]
+        got = _at_selection(got, r, pool.job.lab)
         if st.level == 0:
             _warn_level_outside(got, r.metric, r.level)
         st = st.advance(got, r.level, r.rule)
@@ -409,14 +422,14 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
         config=job.resolved,
         fp=fp,
         axes=described,
-        dims=records.metric_dims(axes, metrics),
+        dims=records.metric_dims(axes, metrics, job.lab),
         devices=[str(d) for d in job.devices],
         n_points=n_points,
         seeds=seeds,
         account=pool.account,
         wall_time_s=time.perf_counter() - job.t0,
         n_processes=jax.process_count(),
-        covariate_dims=covariate_dims(cov) if cov else None,
+        covariate_dims=covariate_dims(cov, job.lab) if cov else None,
         numerics_report=report,
         rule=job.rule,
         machines=records.part_machines(

@@ -87,8 +87,9 @@ def _fmt_pm(mean: float, half: float) -> str:
 
 def intervals(res: results.Results, level: float = 0.95) -> list[str]:
     """Lines on the seed means' confidence intervals (Student t, results.seed_ci): per metric
-    the median and the largest half-width over the grid (and layers); per covariate its mean
-    +- half-width per layer (the first two and the last of a deep stack)."""
+    the median and the largest half-width over the grid (and its further dimensions); per covariate
+    its mean +- half-width along its first further dimension (the first two and the last of a
+    long one, e.g. a deep stack's layers)."""
     n = res.n_seeds
     if n < 2:
         return [f"  confidence intervals: need 2 seeds or more (this sweep has {n})"]
@@ -106,10 +107,11 @@ def intervals(res: results.Results, level: float = 0.95) -> list[str]:
         mean, half = np.mean(x, axis=0), 0.5 * (hi - lo)
         if mean.ndim == 0:
             per = _fmt_pm(float(mean), float(half))
-        else:  # per layer (the first index of any further axis)
+        else:  # along its first further dimension (the first index of any other)
+            dim = res.covariate_dims(k)[1]
             mean, half = mean.reshape(len(mean), -1)[:, 0], half.reshape(len(half), -1)[:, 0]
             shown = list(range(len(mean))) if len(mean) <= 4 else [0, 1, len(mean) - 1]
-            per = ", ".join(f"layer {i} {_fmt_pm(mean[i], half[i])}" for i in shown)
+            per = ", ".join(f"{dim} {i} {_fmt_pm(mean[i], half[i])}" for i in shown)
         lines.append(f"  covariate {k} (seed mean \u00b1 {pct} CI): {per}")
     return lines
 

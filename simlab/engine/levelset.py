@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from simlab.engine.grid import REFINE_DIM_SUGAR
 from simlab.engine.refine import Lattice, corner_offsets
+from simlab.engine.results import take_dims
 from simlab.errors import ConfigError
 
 
@@ -56,17 +58,21 @@ def lattice_view(res):
     return SimpleNamespace(meta=res.meta, axes=lattice_axes(res), path=getattr(res, "path", None))
 
 
-def point_values(res, metric: str, layer: int | None = None) -> np.ndarray:
-    """A metric of a point-set or refined Results as (P, Z) (the layer of a stack's metric:
-    `layer`, default the last)."""
+def point_values(res, metric: str, select: Mapping[str, Any] | None = None) -> np.ndarray:
+    """A metric of a point-set or refined Results as (P, Z): each further dimension (a stack's
+    layers, heads, ...) at its index in `select` (default the last; results.take_dims)."""
     x = np.asarray(res[metric])
     n_axes = len(res.axes)
     x = x.reshape((-1,) + x.shape[n_axes:])
-    if x.ndim == 3:
-        x = x[..., -1 if layer is None else layer]
-    elif x.ndim != 2:
-        raise ConfigError(f"{metric}: shape {x.shape} is not (points, seeds[, layer])")
+    x, _ = take_dims(x, res.dims(metric)[n_axes + 1 :], select, metric)
     return x
+
+
+def refine_selection(r: Mapping[str, Any]) -> dict[str, int]:
+    """The further dimensions a refinement's metric was read at (meta.json's "refine": its
+    "select", and the sugar fields such as refine.layer, null when not given)."""
+    out = {k: r[k] for k in REFINE_DIM_SUGAR if r.get(k) is not None}
+    return {**out, **(r.get("select") or {})}
 
 
 @dataclasses.dataclass
@@ -110,12 +116,16 @@ def refined_boundary(
     metric = r["metric"] if metric is None else metric
     level = r["level"] if level is None else float(level)
     lat = view_lattice(r)
-    vals = point_values(res, metric, r.get("layer") if metric == r["metric"] else None)
+    vals = point_values(res, metric, refine_selection(r) if metric == r["metric"] else None)
     return _boundary(lat, idx, leaves, vals, metric, level, confidence)
 
 
 def grid_boundary(
-    res, metric: str, level: float, layer: int | None = None, confidence: float = 0.95
+    res,
+    metric: str,
+    level: float,
+    select: Mapping[str, Any] | None = None,
+    confidence: float = 0.95,
 ) -> Boundary:
     """The boundary of a dense grid Results over its (one or two) axes, every grid cell a leaf:
     the same extraction as `refined_boundary`, so a refined sweep and the dense grid of its
@@ -136,7 +146,7 @@ def grid_boundary(
     cells = [n - 1 for n in shape]
     lows = np.stack(np.unravel_index(np.arange(int(np.prod(cells))), cells), axis=1)
     leaves = np.concatenate([lows, np.ones((len(lows), 1), np.int64)], axis=1)
-    return _boundary(lat, idx, leaves, point_values(res, metric, layer), metric, level, confidence)
+    return _boundary(lat, idx, leaves, point_values(res, metric, select), metric, level, confidence)
 
 
 def view_lattice(r: Mapping[str, Any]) -> Lattice:

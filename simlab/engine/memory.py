@@ -67,7 +67,8 @@ def check_fits(
 ) -> dict[str, int]:
     """The need of each part (bytes); ConfigError when it does not fit. `seed_state` is traced
     abstractly (jax.eval_shape: no compute), `values_per_point` is the number of metric values
-    one grid point yields (metrics x layers)."""
+    one grid point yields (each metric's
+    values: layers x its declared dims)."""
     state = tree_bytes(jax.eval_shape(seed_state, jax.random.PRNGKey(0)))
     n_knobs = sum(len(a.knobs) for a in cfg.axes)
     points = cfg.n_points * cfg.sweep.seeds

@@ -317,8 +317,8 @@ def preflight(cfg: SweepConfig, lab, names) -> dict[str, int]:
         lab.check_metric_shapes()
     micro = bytes_per_micro_batch(lab, names, cfg.knobs, swept, cfg.sweep.micro_batch)
     block = getattr(lab, "block", None)
-    if block is not None:
-        per_point = len(names) * block.depth
+    if block is not None and hasattr(lab, "metric_shapes"):  # layers x each metric's dims
+        per_point = sum(block.depth * math.prod(lab.metric_shapes()[n]) for n in names)
     else:  # a lab without a block spec: the metric shapes from one abstract point
         state = jax.eval_shape(lab.seed_state, jax.random.PRNGKey(0))
         kn = {k: jax.ShapeDtypeStruct((), knob_dtype()) for k in (*cfg.knobs, *swept)}
@@ -416,14 +416,14 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         config=job.resolved,
         fp=job.fp,
         axes=[a.describe() for a in cfg.axes],
-        dims=records.metric_dims(axes, metrics),
+        dims=records.metric_dims(axes, metrics, job.lab),
         devices=[str(d) for d in job.devices],
         n_points=cfg.n_points,
         seeds=range(st.first_seed, st.first_seed + st.seeds),
         account=account,
         wall_time_s=time.perf_counter() - job.t0,
         n_processes=jax.process_count(),
-        covariate_dims=covariate_dims(cov) if cov else None,
+        covariate_dims=covariate_dims(cov, job.lab) if cov else None,
         numerics_report=report,
         rule=job.rule,
         machines=records.unit_machines(store.chunks.values(), out or "this sweep"),

@@ -392,11 +392,21 @@ def study_meta_record(
     }
 
 
-def metric_dims(axes, metrics: Mapping[str, np.ndarray]) -> dict[str, list[str]]:
-    """Each metric's dimension names: the axes, "seed", then "layer" for any further dim."""
-    return {
-        k: list(axes) + ["seed"] + ["layer"] * (x.ndim - len(axes) - 1) for k, x in metrics.items()
-    }
+def metric_dims(axes, metrics: Mapping[str, np.ndarray], lab=None) -> dict[str, list[str]]:
+    """Each metric's dimension names: the axes, "seed", then the names the lab declares for its
+    further dims (`lab.metric_dims()`, simlab.core.lab.LabProtocol; dim0, dim1, ... where it
+    declares none, or names that do not match the array)."""
+    declared = lab.metric_dims() if hasattr(lab, "metric_dims") else {}
+    out = {}
+    for k, x in metrics.items():
+        extra = x.ndim - len(axes) - 1
+        named = list(declared.get(k, ()))
+        out[k] = (
+            list(axes)
+            + ["seed"]
+            + (named if len(named) == extra else [f"dim{i}" for i in range(extra)])
+        )
+    return out
 
 
 def part_machines(metas: list[Mapping[str, Any]], where: object) -> list[dict[str, Any] | None]:

@@ -228,7 +228,7 @@ class State:
             "level": rcfg.level,
             "levels": rcfg.levels,
             "rule": rcfg.rule,
-            "layer": rcfg.layer,
+            "select": dict(rcfg.select),
             "axes": list(lat.axes),
             "lattice": list(lat.shape),
             "space": ["log" if g else "lin" for g in lat.logs],

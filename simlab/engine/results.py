@@ -1,4 +1,4 @@
-"""The `Results` view of a finished sweep: axes, metric arrays (*axes, seeds[, layer]), meta,
+"""The `Results` view of a finished sweep: axes, metric arrays (*axes, seeds, *dims), meta,
 per-seed covariates, seed statistics and intervals, xarray; `save` and `load` go through the
 files' one owner, simlab.engine.records (results.npz + meta.json).
 
@@ -9,6 +9,11 @@ numbers"), so a seed mean has the Student-t interval mean +- t_{(1+level)/2, n-1
 weights and tokens, so a difference of two metrics or of two points is paired by seed: its
 interval is the interval of the per-seed differences (pass the array). docs/config.md,
 "Confidence intervals".
+
+A metric's dimensions after "seed" are the lab's (meta.json "dims": e.g. `layer` for a stack,
+`head` for a per-head metric); every function here treats them alike: `mean` and `ci` keep
+them, `select` fixes any of them at an index (and an axis at its nearest coordinate),
+`to_xarray` gives each an integer coordinate.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from simlab.engine import records
-from simlab.errors import ResultsError
+from simlab.engine.select import nearest
+from simlab.errors import ConfigError, ResultsError
 
 XARRAY_COV_PREFIX = "cov_"  # netCDF names allow no ':'; attrs["simlab_covariates"] lists them
 CI_METHODS = ("t", "bootstrap")
@@ -84,9 +90,9 @@ class Results:
     """A finished sweep.
 
     axes: ordered name -> coordinates (1-D arrays), in the order of the metric array dims.
-    metrics: name -> array of shape (*axes, seeds[, layer]).
+    metrics: name -> array of shape (*axes, seeds, *dims) (`dims(name)` names them).
     meta: the parsed meta.json.
-    covariates: name -> seed-only array (seeds[, layer]) of the lab's per-seed statistics
+    covariates: name -> seed-only array (seeds, *dims) of the lab's per-seed statistics
     (simlab.core.lab.Lab.covariates; empty for a lab without them and for older results).
     """
 
@@ -117,7 +123,7 @@ class Results:
         return self.metrics[metric]
 
     def mean(self, metric: str) -> np.ndarray:
-        """Mean over seeds: shape (*axes[, layer])."""
+        """Mean over seeds: shape (*axes, *dims)."""
         return np.mean(self[metric], axis=self.seed_axis)
 
     def std(self, metric: str, ddof: int = 1) -> np.ndarray:
@@ -135,7 +141,7 @@ class Results:
         self, metric, level: float = 0.95, method: str = "t", **kw
     ) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of the `level` confidence interval of the seed mean, shape
-        (*axes[, layer]) (`seed_ci`: Student t by default, or method="bootstrap").
+        (*axes, *dims) (`seed_ci`: Student t by default, or method="bootstrap").
 
         metric: a metric's name, or any array with the seed axis at `seed_axis` (a derived
         quantity, e.g. r["out_cos"] - r["input_cos"] or the difference of two grid points:
@@ -150,15 +156,41 @@ class Results:
 
     # ------------------------------------------------------------------ how it shows itself
     def dims(self, metric: str) -> list[str]:
-        """The dimension names of a metric: the axes, "seed", then "layer" (or meta's own)."""
+        """The dimension names of a metric: the axes, "seed", then meta.json's names of the
+        further dims (the lab's, e.g. layer, head), else dim0, dim1, ..."""
         x = self[metric]
         named = self.meta.get("dims", {}).get(metric)
         if named is not None and len(named) == x.ndim:
             return list(named)
-        extra = x.ndim - len(self.axes) - 1
-        return [*self.axes, "seed"] + (
-            ["layer"] if extra == 1 else [f"dim{i}" for i in range(extra)]
-        )
+        return [*self.axes, "seed"] + [f"dim{i}" for i in range(x.ndim - len(self.axes) - 1)]
+
+    def metric_dims(self, metric: str) -> list[str]:
+        """The names of a metric's dimensions after "seed" (none for one number per point)."""
+        return self.dims(metric)[len(self.axes) + 1 :]
+
+    def select(self, metric: str, coords: Mapping[str, Any] | None = None, **kw) -> np.ndarray:
+        """The metric's array with some dimensions fixed: an axis at its coordinate nearest the
+        value (simlab.engine.select.nearest, on the axis's own scale), a further dimension
+        (layer, head, ...) at an index (negative counts from the end). The seed dimension and
+        every dimension not named stay. Names as keywords or as a dict (`coords`)."""
+        both = {**dict(coords or {}), **kw}
+        x = self[metric]
+        names = self.dims(metric)
+        unknown = [k for k in both if k not in names or k == "seed"]
+        if unknown:
+            raise KeyError(
+                f"select: {unknown} are not dimensions of {metric!r}; have: "
+                f"{', '.join(n for n in names if n != 'seed')}"
+            )
+        idx = []
+        for name, n in zip(names, x.shape):
+            if name not in both:
+                idx.append(slice(None))
+            elif name in self.axes:
+                idx.append(nearest(self, name, float(both[name])))
+            else:
+                idx.append(dim_index(name, both[name], n, metric))
+        return x[tuple(idx)]
 
     def summary(self) -> str:
         """A few lines: where from, the sizes and seeds, the axes, each metric's shape and range
@@ -214,10 +246,11 @@ class Results:
 
     # ------------------------------------------------------------------ xarray
     def to_xarray(self):
-        """An xarray.Dataset: one variable per metric, a coordinate per axis plus "seed" (and
-        "layer"), the knob coordinates of point sets and refined sweeps (`point_coordinates`),
-        the meta (config, versions, ...) as JSON in attrs["simlab_meta"]. Needs the optional
-        `xarray` extra (pip install 'simlab[xarray]')."""
+        """An xarray.Dataset: one variable per metric, a coordinate per axis plus "seed" and each
+        further dimension (an integer index: layer, head, ...), the knob coordinates of point
+        sets and refined sweeps (`point_coordinates`), the meta (config, versions, ...) as JSON
+        in attrs["simlab_meta"]. Needs the optional `xarray` extra
+        (pip install 'simlab[xarray]')."""
         xr = _xarray()
         coords: dict[str, Any] = {k: np.asarray(v) for k, v in self.axes.items()}
         coords.update(point_coordinates(self.meta, self.axes))
@@ -245,23 +278,54 @@ class Results:
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
     def covariate_dims(self, name: str) -> list[str]:
-        """The dimension names of a covariate: "seed", then "layer" (or meta's own)."""
+        """The dimension names of a covariate: "seed", then meta.json's names (else dim0, ...)."""
         x = self.covariates[name]
         named = self.meta.get("covariates", {}).get(name)
         if named is not None and len(named) == x.ndim:
             return list(named)
-        extra = x.ndim - 1
-        return ["seed"] + (["layer"] if extra == 1 else [f"dim{i}" for i in range(extra)])
+        return ["seed"] + [f"dim{i}" for i in range(x.ndim - 1)]
 
     def sel(self, coords: Mapping[str, Any] | None = None, **kw):
         """xarray-style selection by coordinate (nearest): a Dataset (needs xarray). Axes as
         keywords (`res.sel(drift_norm=1)`) or as a dict, for names that are not identifiers or
         are Python keywords (`res.sel({"lambda": 1})`)."""
         both = {**dict(coords or {}), **kw}
-        unknown = [a for a in both if a not in self.axes and a not in ("seed", "layer")]
+        dims = {d for k in self.metrics for d in self.dims(k)}
+        unknown = [a for a in both if a not in dims]
         if unknown:
-            raise KeyError(f"sel: {unknown} are not axes; axes: {', '.join(self.axes)}")
+            raise KeyError(
+                f"sel: {unknown} are not axes or dimensions; have: {', '.join(sorted(dims))}"
+            )
         return self.to_xarray().sel(both, method="nearest")
+
+
+def dim_index(name: str, value, size: int, what: str) -> int:
+    """An index along a metric's further dimension `name` of `size` (negative counts from the
+    end), as a non-negative int; ConfigError naming the dimension when it is not an integer in
+    range."""
+    try:
+        i = int(value)
+        ok = i == float(value)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{name}={value!r}: an index along {name} of {what} must be an integer")
+    if not -size <= i < size:
+        raise ConfigError(f"{name} {i} out of range for {what} with {size} values along {name}")
+    return i % size
+
+
+def take_dims(x, names, select: Mapping[str, Any] | None, what: str):
+    """x with its trailing dimensions `names` each fixed at the index select[name] (default: the
+    last; for a stack's layers, the block output): (array, [(name, index), ...])."""
+    x = np.asarray(x)
+    names = list(names)
+    select = dict(select or {})
+    lead = x.ndim - len(names)
+    chosen = [
+        (n, dim_index(n, select.get(n, -1), x.shape[lead + k], what)) for k, n in enumerate(names)
+    ]
+    return x[(Ellipsis, *(i for _, i in chosen))] if chosen else x, chosen
 
 
 def point_coordinates(meta: dict[str, Any], axes) -> dict[str, tuple[str, np.ndarray]]:

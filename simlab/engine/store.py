@@ -4,7 +4,7 @@
 A seed's grid points are cut into micro-batches of `micro_batch` points and chunks of
 `chunk_mb` micro-batches (Layout). Finished chunks are kept by micro-batch range
 (ChunkStore), on disk as OUT/chunks/seed{S}_mb{A}-{B}.npz, and merged into metric arrays of
-shape (*axes, seeds[, layer]). This module knows nothing about Transformers.
+shape (*axes, seeds, *dims). This module knows nothing about Transformers.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class ChunkStore:
 
 
 def merge(store: ChunkStore, cfg: SweepConfig, layout: Layout, names) -> dict[str, np.ndarray]:
-    """Chunks -> metric arrays of shape (*axes, seeds[, layer])."""
+    """Chunks -> metric arrays of shape (*axes, seeds, *dims): each metric's own trailing dims."""
     per_seed = [store.merge(s, layout) for s in range(cfg.sweep.seeds)]
     metrics = {}
     for k in names:

@@ -1,6 +1,8 @@
 """A finished sweep -> a figure (`plot_results`, what `simlab plot` draws): a phase diagram
 over two axes or a curve with a seed band along one, every other axis fixed at a selected
-coordinate (simlab.engine.select: the nearest on the axis's own scale).
+coordinate (simlab.engine.select: the nearest on the axis's own scale), and every further
+dimension of the metric (a stack's layers, heads, ...: Results.metric_dims) at a selected index,
+by default its last.
 
 Whether an axis is logarithmic is taken from the sweep's axis space where known, else detected
 from the spacing (simlab.engine.select.axis_is_log); the same rule picks the selected
@@ -14,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from simlab.core.metrics import METRICS
+from simlab.core.metrics import METRICS, STACK_DIM
 from simlab.engine import levelset
+from simlab.engine.results import take_dims
 from simlab.engine.select import axis_is_log, nearest
 from simlab.errors import ConfigError
 from simlab.plot.axes import save_figure
@@ -71,9 +74,12 @@ def _check_metric(results, name: str, what: str = "metric") -> np.ndarray:
     return np.asarray(results.metrics[name])
 
 
-def _check_select(results, x: str, y: str | None, select: Mapping[str, Any] | None) -> dict:
+def _check_select(
+    results, x: str, y: str | None, select: Mapping[str, Any] | None, dims=()
+) -> dict:
     """The plotted axes exist and differ; `select` names other axes, each with a finite
-    number. Returns select as {axis: float}."""
+    number (dims: the metrics' further dimensions, named in the message). Returns select as
+    {axis: float}."""
     names = list(results.axes)
     for role, a in (("x", x), ("y", y)):
         if a is not None and a not in results.axes:
@@ -85,7 +91,10 @@ def _check_select(results, x: str, y: str | None, select: Mapping[str, Any] | No
     select = dict(select or {})
     for a, v in select.items():
         if a not in results.axes:
-            raise ConfigError(f"select: axis {a!r} not in this sweep; have: {', '.join(names)}")
+            extra = f"; dimensions: {', '.join(dims)}" if dims else ""
+            raise ConfigError(
+                f"select: axis {a!r} not in this sweep; have: {', '.join(names)}{extra}"
+            )
         if a in (x, y):
             raise ConfigError(f"select: axis {a!r} is plotted (x or y); it cannot also be fixed")
         try:
@@ -98,10 +107,10 @@ def _check_select(results, x: str, y: str | None, select: Mapping[str, Any] | No
     return select
 
 
-def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | None):
+def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | None, dims=()):
     """Index tuple over the axes (slices for x, y; for the others the coordinate nearest the
     selected value, simlab.engine.select.nearest) and a description of the fixed values."""
-    select = _check_select(results, x, y, select)
+    select = _check_select(results, x, y, select, dims)
     idx, fixed = [], []
     for a in results.axes:
         coords = np.asarray(results.axes[a], dtype=float).ravel()
@@ -128,29 +137,39 @@ def _select_index(results, x: str, y: str | None, select: Mapping[str, Any] | No
     return tuple(idx), fixed
 
 
-def _reduce(results, arr: np.ndarray, idx, x: str, y: str | None, layer, what: str):
-    """Seed mean of arr at idx, as (len(y), len(x)) or (len(x),), the seed values there (the
-    same shape plus a trailing seed axis), and the layer used (None when arr has no layer
-    axis)."""
+def _reduce(results, name: str, idx, x: str, y: str | None, dims, what: str):
+    """Seed mean of metric `name` at idx, as (len(y), len(x)) or (len(x),), the seed values
+    there (the same shape plus a trailing seed axis), and the index chosen along each further
+    dimension ([(dim, index), ...]: dims[dim], else the last)."""
     n_axes = len(results.axes)
-    if arr.ndim == n_axes + 2:
-        n_layers = arr.shape[-1]
-        l = n_layers - 1 if layer is None else int(layer)
-        if not -n_layers <= l < n_layers:
-            raise ConfigError(f"layer {layer} out of range for {what} with {n_layers} layers")
-        l %= n_layers
-        arr = arr[..., l]
-    elif arr.ndim == n_axes + 1:
-        l = None
-    else:
+    arr = np.asarray(results.metrics[name])
+    if arr.ndim < n_axes + 1:
         raise ConfigError(
-            f"{what} has shape {arr.shape}, expected (*axes, seeds[, layer]) with {n_axes} axes"
+            f"{what} has shape {arr.shape}, expected (*axes, seeds, *dims) with {n_axes} axes"
         )
+    arr, chosen = take_dims(arr, results.metric_dims(name), dims, what)
     sub = arr[idx + (slice(None),)]  # remaining dims: x/y in axes order, seeds
     mean = sub.mean(axis=-1)
     if y is not None and list(results.axes).index(y) > list(results.axes).index(x):
         mean, sub = mean.T, np.swapaxes(sub, 0, 1)  # -> (len(y), len(x))
-    return mean, sub, l
+    return mean, sub, chosen
+
+
+def split_select(results, metrics, select, layer=None):
+    """(axis selections, dimension selections) of `select`: a name that is no axis but a further
+    dimension of one of `metrics` (Results.metric_dims) selects an index along it. `layer`:
+    sugar for a selection of the stack's dimension (STACK_DIM), as `--layer`. A dimension
+    selected that none of the metrics has is a ConfigError."""
+    have = [d for m in metrics if m is not None for d in results.metric_dims(m)]
+    dims = {k: v for k, v in (select or {}).items() if k not in results.axes and k in have}
+    axes = {k: v for k, v in (select or {}).items() if k not in dims}
+    if layer is not None:
+        dims[STACK_DIM] = layer
+        if STACK_DIM not in have:
+            raise ConfigError(
+                f"metric {metrics[0]!r} has no {STACK_DIM} axis; drop the {STACK_DIM}"
+            )
+    return axes, dims, list(dict.fromkeys(have))
 
 
 def _tiny_range_note(metric: str, z: np.ndarray, vmin, vmax) -> str:
@@ -224,22 +243,28 @@ def plot_results(
     2-D (y given): phase diagram of the seed mean of `metric` over axes x and y; 1-D (y None):
     the seed mean against x with a band (simlab.plot.lines.seed_band): band "ci" (default) the
     Student-t confidence interval of the mean at `level`, "std" -+1 std (ddof=1), "sem" -+1
-    standard error, "none"; no band for a single seed.  Every
-    other axis is fixed by select={axis: value} (the nearest coordinate on the axis's own scale,
-    simlab.engine.select.nearest); an unselected extra axis
-    with more than one value is an error.  For metrics with a layer axis `layer` picks one
-    (default: the last).  `contour`: the name of a second metric drawn as contour lines at
-    `contour_levels` (2-D only).  The default title names the metric, the sizes from
-    meta['config'] (block kind, d_model, heads, batch x length), the fixed axes and the number of
-    seeds, and says so when a phase diagram's colour range is tiny against the metric's own
-    scale (its registered bounds; rounding noise would fill the colour bar): `vmin`/`vmax` fix
-    the colour range. A select value outside an axis's range is an error; contour levels
-    outside the contour metric's range are reported through `warn` (default warnings.warn).
+    standard error, "none"; no band for a single seed.  Every other axis is fixed by
+    select={axis: value} (the nearest coordinate on the axis's own scale,
+    simlab.engine.select.nearest); an unselected extra axis with more than one value is an
+    error. A metric's further dimensions (Results.metric_dims: a stack's layers, heads, ...)
+    are fixed by select={dim: index} too (default: the last index; `layer` is sugar for
+    select={"layer": index}).  `contour`: the name of a second metric drawn as contour lines
+    at `contour_levels` (2-D only).  The default title names the metric (and the index of each
+    further dimension), the sizes from meta['config'] (block kind, d_model, heads, batch x
+    length), the fixed axes and the number of seeds, and says so when a phase diagram's colour
+    range is tiny against the metric's own scale (its registered bounds; rounding noise would
+    fill the colour bar): `vmin`/`vmax` fix the colour range. A select value outside an axis's
+    range is an error; contour levels outside the contour metric's range are reported through
+    `warn` (default warnings.warn).
     x_log / y_log: a logarithmic axis (None: the axis's recorded space, or its spacing).
     Saves to `out` when given.  User errors raise ConfigError.  Returns (fig, ax).
     A refined sweep is drawn by simlab.plot.refined.plot_refined (its cells at their own size,
     its boundary and band; no `select`).
     """
+    _check_metric(results, metric)
+    if contour is not None:
+        _check_metric(results, contour, "contour metric")
+    select, dims, have = split_select(results, [metric, contour], select, layer)
     if levelset.is_refined(results):
         if select:
             raise ConfigError("select: a refined sweep has no other axes to fix")
@@ -248,7 +273,7 @@ def plot_results(
             x=x,
             y=y,
             metric=metric,
-            layer=layer,
+            select=dims,
             contour=contour,
             contour_levels=contour_levels,
             theory=theory,
@@ -261,13 +286,11 @@ def plot_results(
         raise ConfigError("contour lines need a 2-D plot (give y)")
     if contour is None and contour_levels is not None:
         raise ConfigError("contour levels given without a contour metric")
-    if layer is not None and arr.ndim != len(results.axes) + 2:
-        raise ConfigError(f"metric {metric!r} has no layer axis; drop the layer")
-    idx, fixed = _select_index(results, x, y, select)
-    mean, sub, l = _reduce(results, arr, idx, x, y, layer, f"metric {metric!r}")
+    idx, fixed = _select_index(results, x, y, select, have)
+    mean, sub, chosen = _reduce(results, metric, idx, x, y, dims, f"metric {metric!r}")
     n_seeds = arr.shape[len(results.axes)]
 
-    z_label = metric + ("" if l is None else f" (layer {l})")
+    z_label = metric + (f" ({', '.join(f'{d} {i}' for d, i in chosen)})" if chosen else "")
     if title is None:
         title = _default_title(results, z_label, n_seeds, fixed)
     xc = np.asarray(results.axes[x], dtype=float)
@@ -289,8 +312,7 @@ def plot_results(
     else:
         cz = None
         if carr is not None:
-            c_layer = layer if (layer is not None and carr.ndim == len(results.axes) + 2) else None
-            cz, _, _ = _reduce(results, carr, idx, x, y, c_layer, f"contour metric {contour!r}")
+            cz, _, _ = _reduce(results, contour, idx, x, y, dims, f"contour metric {contour!r}")
             _check_levels(cz, contour, contour_levels, warn)
         note = _tiny_range_note(metric, mean, vmin, vmax)
         if note:

@@ -53,7 +53,7 @@ def refined_phase_diagram(
     x,
     y,
     metric,
-    layer=None,
+    select=None,
     boundary=True,
     contour=None,
     contour_levels=None,
@@ -77,7 +77,7 @@ def refined_phase_diagram(
         )
     swap = names.index(x) == 1
     lat = levelset.view_lattice(r)
-    mean = levelset.point_values(res, metric, layer).astype(np.float64).mean(axis=1)
+    mean = levelset.point_values(res, metric, select).astype(np.float64).mean(axis=1)
     corner = levelset.leaf_values(lat, idx, leaves, mean)
     with np.errstate(invalid="ignore"):
         colour = np.nanmean(np.where(np.isfinite(corner), corner, np.nan), axis=1)
@@ -128,7 +128,7 @@ def refined_phase_diagram(
         handles += _lines(ax, plotted(b.in_coordinates(b.lo)), band, label)
         _lines(ax, plotted(b.in_coordinates(b.hi)), band, None)
     if contour is not None:
-        cm = levelset.point_values(res, contour, layer).astype(np.float64).mean(axis=1)
+        cm = levelset.point_values(res, contour, select).astype(np.float64).mean(axis=1)
         for i, level in enumerate(sorted(contour_levels or [])):
             segs = levelset.level_set(lat, idx, leaves, cm, float(level))
             out = np.empty_like(segs)
@@ -146,7 +146,7 @@ def plot_refined(
     x,
     y=None,
     metric,
-    layer=None,
+    select=None,
     contour=None,
     contour_levels=None,
     theory=None,
@@ -172,13 +172,13 @@ def plot_refined(
             map(str, r["lattice"])
         )
     if y is not None:
-        values = levelset.point_values(res, metric, layer).mean(axis=1)
+        values = levelset.point_values(res, metric, select).mean(axis=1)
         fig, ax = refined_phase_diagram(
             res,
             x=x,
             y=y,
             metric=metric,
-            layer=layer,
+            select=select,
             contour=contour,
             contour_levels=contour_levels,
             theory=theory,
@@ -191,7 +191,7 @@ def plot_refined(
                 f"a refined sweep is drawn over its refined axes {', '.join(r['axes'])} "
                 "(give --x and --y)"
             )
-        v = levelset.point_values(res, metric, layer).astype(np.float64)
+        v = levelset.point_values(res, metric, select).astype(np.float64)
         xs = np.asarray(r["coords"][x], float)
         std = v.std(axis=1, ddof=1) if n > 1 else None
         fig, ax = curves(

@@ -382,6 +382,7 @@ def test_layer_metrics_selects_and_matches_pieces():
         jnp.mean(k, (0, 1)),
         None,
         f,
+        w[..., 0],
     )
     layer_metrics = jax.jit(metrics.layer_metrics, static_argnums=(0, 1))
     ids = jnp.asarray(r.integers(0, 5, (2, 6)))

@@ -109,6 +109,7 @@ def test_info_lines_give_half_widths_and_covariates():
 
     res = _results()
     res.covariates = {"c": np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), "d": np.ones((6, 8))}
+    res.meta["covariates"] = {"c": ["seed"], "d": ["seed", "layer"]}
     lines = intervals(res)
     h = res.ci_half_width("a")
     assert lines[0].strip().startswith("95% CI of the seed mean (Student t, 6 seeds)")
@@ -118,3 +119,28 @@ def test_info_lines_give_half_widths_and_covariates():
     assert "layer 0 1 \u00b1 0, layer 1 1 \u00b1 0, layer 7 1 \u00b1 0" in lines[-1]
     one = Results(res.axes, {"a": res["a"][..., :1]}, {})
     assert "need 2 seeds" in intervals(one)[0]
+
+
+def test_dims_are_the_labs_names_or_generic():
+    """A metric's dims after "seed": the names the lab declares (records.metric_dims, stored
+    in meta.json), else dim0, dim1, ...; Results.select fixes any of them by name."""
+    from simlab.engine import records
+
+    class Named:
+        def metric_dims(self):
+            return {"l": ["layer"], "a": [], "b": ["too", "many"]}
+
+    res = _results()
+    axes, m = res.axes, res.metrics
+    assert records.metric_dims(axes, m, Named()) == {
+        "a": ["x", "y", "seed"],
+        "b": ["x", "y", "seed"],
+        "l": ["x", "y", "seed", "layer"],
+    }
+    assert records.metric_dims(axes, m)["l"] == ["x", "y", "seed", "dim0"]
+    assert res.dims("l") == ["x", "y", "seed", "dim0"] and res.metric_dims("a") == []
+    named = Results(axes, m, {"dims": records.metric_dims(axes, m, Named())})
+    assert named.metric_dims("l") == ["layer"]
+    np.testing.assert_array_equal(named.select("l", layer=-1, y=1.0), m["l"][:, 1, :, 3])
+    with pytest.raises(KeyError, match="not dimensions of 'l'"):
+        named.select("l", head=0)

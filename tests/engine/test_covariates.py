@@ -157,8 +157,20 @@ def test_seed_covariates_one_row_per_seed_key():
     keys = [np.asarray(jax.random.fold_in(jax.random.PRNGKey(5), s)) for s in range(3)]
     np.testing.assert_array_equal(got["k"][:, 0], np.stack(keys))
     assert got["k"].shape == (3, 2, 2) and got["s"].shape == (3,)
-    assert covariate_dims({"a": np.zeros((3, 4)), "b": np.zeros(3)}) == {
+    cov = {"a": np.zeros((3, 4)), "b": np.zeros(3), "c": np.zeros((3, 2, 5))}
+    assert covariate_dims(cov) == {
+        "a": ["seed", "dim0"],
+        "b": ["seed"],
+        "c": ["seed", "dim0", "dim1"],
+    }
+
+    class Named:  # a lab that names its covariates' dimensions (Lab: one value per layer)
+        def covariate_dims(self):
+            return {"a": ["layer"], "c": ["x"]}  # "c" names too few: generic names
+
+    assert covariate_dims(cov, Named()) == {
         "a": ["seed", "layer"],
         "b": ["seed"],
+        "c": ["seed", "dim0", "dim1"],
     }
     assert seed_covariates(ToyLab(), 0, 3) == {}

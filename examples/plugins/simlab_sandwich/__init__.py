@@ -109,6 +109,28 @@ simlab.register_metric(
 )
 
 
+def max_weight_per_head(row_max_BHT):
+    """Per head (H,): the mean over all B T query rows of max_j w_ij (row_max: the attention's
+    per-row maximum, simlab.core.block.Layer.row_max, (B, H, T))."""
+    return jnp.mean(row_max_BHT, axis=(0, 2))
+
+
+# A metric with a named dimension: one value per head (`dims`; its size, block.n_heads, is read
+# from the spec). The engine, Results, `simlab info`, `simlab plot --select head=I` and
+# `simlab export` handle it with no change to simlab.
+simlab.register_metric(
+    simlab.Metric(
+        "attn_max_head",
+        lambda c: max_weight_per_head(c.layer.row_max),
+        ("row_max",),
+        "per head, mean over rows of max_j w_ij",
+        bounds=(0.0, 1.0),
+        default=False,
+        dims=("head",),
+    )
+)
+
+
 # ------------------------------------------------------------------------------ theory claim
 def predicted_input_cos(knobs, size):
     """N^2 / (N^2 + d sigma^2): the input cosine of drifted i.i.d. tokens as d grows."""

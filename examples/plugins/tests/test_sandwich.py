@@ -71,6 +71,71 @@ def test_out_mean_ratio_against_numpy():
     assert float(simlab_sandwich.out_mean_ratio(np.zeros((1, 2, 3), np.float32))) == 0.0
 
 
+def test_head_metric_conformance():
+    """The per-head metric through simlab.testing's checks (paths, float64, extremes); the
+    sweeps of the next tests run it through the engine."""
+    testing.check_metric("attn_max_head", identity=False)
+
+
+def test_max_weight_per_head_against_numpy():
+    r = np.random.default_rng(4)
+    w = r.random((3, 2, 5, 5)) ** 2
+    w /= w.sum(-1, keepdims=True)
+    want = [np.mean([w[b, h, i].max() for b in range(3) for i in range(5)]) for h in range(2)]
+    got = simlab_sandwich.max_weight_per_head(w.max(-1).astype(np.float32))
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+
+
+def test_a_head_metric_through_every_command(tmp_path, capsys):
+    """A plugin metric with a `head` dimension through sweep, grow, merge, info, plot
+    (--select head=1) and export, with no change to simlab: the arrays carry the dimension
+    named head, of size block.n_heads, with its values from the lab."""
+    from simlab.cli import main
+
+    cfg = {
+        "plugins": ["simlab_sandwich"],
+        "block": {"kind": "sandwich", "d_model": 8, "n_heads": 2, "mlp_ratio": 2},
+        "inputs": {"kind": "uniform", "batch": 2, "length": 4},
+        "axes": [{"name": "drift_norm", "values": [0.0, 1.0, 3.0]}],
+        "sweep": {"seeds": 2, "metrics": ["attn_max_head", "out_cos"], "micro_batch": 2},
+    }
+    out = tmp_path / "s"
+    for i in range(2):  # two workers, then `simlab merge`
+        assert simlab.run_sweep(cfg, out=out, quiet=True, worker=(i, 2)) is None
+    assert main(["merge", str(out), "--quiet"]) == 0
+    res = simlab.load(out)
+    assert res["attn_max_head"].shape == (3, 2, 2)
+    assert res.dims("attn_max_head") == ["drift_norm", "seed", "head"]
+    lab = simlab.Lab(
+        simlab.BlockSpec(**cfg["block"]), simlab.InputSpec(**cfg["inputs"]), ["attn_max_head"]
+    )
+    assert lab.metric_dims() == {"attn_max_head": ["head"]}
+    # grow: more seeds and a wider axis, only the new pairs computed
+    grown = {**cfg, "axes": [{"name": "drift_norm", "values": [0.0, 1.0, 3.0, 9.0]}]}
+    grown["sweep"] = {**cfg["sweep"], "seeds": 3}
+    res2 = simlab.run_sweep(grown, out=tmp_path / "s", quiet=True)
+    assert res2["attn_max_head"].shape == (4, 3, 2)
+    np.testing.assert_array_equal(res2["attn_max_head"][:3, :2], res["attn_max_head"])
+    assert res2.dims("attn_max_head") == ["drift_norm", "seed", "head"]
+    assert main(["info", str(out)]) == 0
+    assert "attn_max_head: 4 x 3 x 2 (drift_norm, seed, head)" in capsys.readouterr().out
+    png = tmp_path / "h.png"
+    argv = ["plot", str(out), "--x", "drift_norm", "--metric", "attn_max_head"]
+    assert main([*argv, "--select", "head=1", "--out", str(png)]) == 0
+    assert png.stat().st_size > 5_000
+    pytest.importorskip("xarray")
+    nc = tmp_path / "s.nc"
+    assert main(["export", str(out), "--to", str(nc)]) == 0
+    import xarray
+
+    with xarray.open_dataset(nc) as ds:
+        assert ds["attn_max_head"].dims == ("drift_norm", "seed", "head")
+        np.testing.assert_array_equal(ds["head"].values, [0, 1])
+        np.testing.assert_array_equal(
+            ds["attn_max_head"].sel(head=1).values, res2["attn_max_head"][..., 1]
+        )
+
+
 def test_uniform_inputs_have_the_stated_variance():
     from simlab.core import inputs
 

@@ -92,7 +92,7 @@ def refine_vs_dense(
     t2 = time.perf_counter()
     r, idx, _ = levelset.structure(ref)
     b_ref = levelset.refined_boundary(ref)
-    b_dense = levelset.grid_boundary(dense, r["metric"], r["level"], r.get("layer"))
+    b_dense = levelset.grid_boundary(dense, r["metric"], r["level"], levelset.refine_selection(r))
     dev = levelset.hausdorff(b_ref.segments, b_dense.segments)
     n_ref, n_dense = len(idx), int(np.prod(r["lattice"]))
     shared = tuple(idx.T)
