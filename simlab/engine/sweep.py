@@ -14,7 +14,7 @@ from typing import Any
 
 from simlab.engine import grow, plain, results
 from simlab.engine.config import SweepConfig, load_config
-from simlab.engine.tomlio import read_toml
+from simlab.engine.tomlio import read_config_toml
 from simlab.errors import ConfigError
 
 
@@ -105,7 +105,7 @@ def _tables(config) -> dict[str, Any]:
     if isinstance(config, SweepConfig):
         return config.to_dict()
     if isinstance(config, (str, os.PathLike)):
-        return read_toml(config)
+        return read_config_toml(config)  # its relative paths: from the file's folder
     if not isinstance(config, Mapping):
         raise ConfigError(
             f"config: must be a TOML path, a dict of tables or a SweepConfig, got "
