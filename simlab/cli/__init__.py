@@ -16,6 +16,7 @@ import os
 import sys
 import tomllib
 
+import simlab
 from simlab.errors import ConfigError, Interrupted, StorageError
 
 # name -> (module, one-line help)
@@ -43,21 +44,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def version() -> str:
-    """The installed simlab version (pyproject's), or "unknown" outside an installation."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    """The installed simlab version (simlab.__version__: the package metadata)."""
+    return simlab.__version__
 
-    try:
-        return dist_version("simlab")
-    except PackageNotFoundError:
-        return "unknown"
+
+DESCRIPTION = (
+    "simlab: attention sharpness vs anisotropy of Transformer blocks, untrained (random "
+    "weights) or read from trained checkpoints"
+)
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """Parser with every subcommand; only the one named in argv is imported."""
     parser = argparse.ArgumentParser(
         prog="simlab",
-        description="simlab: attention sharpness vs anisotropy of untrained Transformer blocks",
+        description=DESCRIPTION,
     )
     parser.add_argument("--version", action="version", version=f"simlab {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

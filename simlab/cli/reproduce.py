@@ -16,7 +16,7 @@ def add_arguments(parser) -> None:
         "--only",
         nargs="+",
         metavar="NAME",
-        help="experiments (groups) or single configs of experiments/ to run",
+        help=f"experiments (groups) or single configs of experiments/ to run; {_names()}",
     )
     parser.add_argument(
         "--out",
@@ -26,6 +26,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     add_set_argument(parser)
     add_cache_argument(parser)
+
+
+def _names() -> str:
+    """The names --only takes (the groups, then the configs), as one help sentence."""
+    # deferred: jax (simlab.engine.config), loaded only when `reproduce` is the command
+    from simlab.engine.config import experiments_dir
+    from simlab.studies.reproduce.experiments import experiment_files, experiment_groups
+
+    files = experiment_files()
+    if not files:
+        return f"none found in {experiments_dir()} (set SIMLAB_EXPERIMENTS)"
+    groups = experiment_groups(files)
+    return f"experiments: {', '.join(groups)}; configs: {', '.join(files)}"
 
 
 def cli_main(args) -> int:
