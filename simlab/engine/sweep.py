@@ -64,7 +64,7 @@ def run_sweep(
     if chunk_size is not None:
         tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
     return run_config(
-        load_config(tables),
+        load_config(tables, report=None if quiet else plain.setup_line),
         out=out,
         quiet=quiet,
         lab=lab,
