@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from simlab.engine import records
-from simlab.errors import ResultsError
+from simlab.errors import ConfigError, ResultsError
 
 XARRAY_COV_PREFIX = "cov_"  # netCDF names allow no ':'; attrs["simlab_covariates"] lists them
 CI_METHODS = ("t", "bootstrap")
@@ -264,6 +264,15 @@ class Results:
         unknown = [a for a in both if a not in self.axes and a not in ("seed", "layer")]
         if unknown:
             raise KeyError(f"sel: {unknown} are not axes; axes: {', '.join(self.axes)}")
+        for a, v in both.items():  # nearest needs numbers: say which value is not one
+            if not all(isinstance(x, (int, float, np.number)) for x in np.ravel(v)):
+                c = self.axes.get(a)
+                on = "an index" if c is None else f"on its {len(c)} values {c.min():.4g} .. "
+                raise ConfigError(
+                    f"sel: {a}={v!r} must be a number or a list of numbers ({on}"
+                    + ("" if c is None else f"{c.max():.4g}, e.g. sel({a}={c[0]:.4g})")
+                    + ")"
+                )
         return self.to_xarray().sel(both, method="nearest")
 
 

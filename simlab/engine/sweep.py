@@ -59,6 +59,11 @@ def run_sweep(
         ("axes", axes),
         ("sweep", sweep),
     ):
+        if name == "axes" and isinstance(t, Mapping):
+            raise ConfigError(
+                f"axes: must be a list of axis tables, one per axis, got one table (keys "
+                f"{', '.join(map(str, t))}); write axes=[{{...}}]"
+            )
         if t is not None:
             tables[name] = [_table(a) for a in t] if name == "axes" else _table(t)
     if chunk_size is not None:
