@@ -4,6 +4,7 @@ reloaded) and drawn (simlab.studies.reproduce)."""
 from __future__ import annotations
 
 from simlab.cli.args import add_cache_argument, add_set_argument, apply_cache_argument
+from simlab.errors import ConfigError
 
 
 def add_arguments(parser) -> None:
@@ -34,10 +35,13 @@ def _names() -> str:
     from simlab.engine.config import experiments_dir
     from simlab.studies.reproduce.experiments import experiment_files, experiment_groups
 
-    files = experiment_files()
+    try:
+        files = experiment_files()
+        groups = experiment_groups(files)
+    except ConfigError as e:  # the run refuses it in one line; the help only mentions it
+        return f"(they cannot be listed: {e})"
     if not files:
         return f"none found in {experiments_dir()} (set SIMLAB_EXPERIMENTS)"
-    groups = experiment_groups(files)
     return f"experiments: {', '.join(groups)}; configs: {', '.join(files)}"
 
 
