@@ -96,3 +96,21 @@ def test_quick_and_variant_tables_read_their_paths_from_the_file(tmp_path, monke
     assert experiment_config("e", quick=True, directory=d)["inputs"]["corpus"] == str(d / "q.txt")
     variants = experiment_variants("e", quick=False, directory=d)
     assert [v.tables["inputs"]["corpus"] for v in variants] == [str(d / "v.txt"), "stdlib"]
+
+
+def test_one_reader_of_config_files():
+    """No entry reads a config file but through read_config_toml: `read_toml` (the raw TOML
+    read) is called by simlab.engine.tomlio alone (every entry's route: the sweep CLI and
+    run_sweep, reproduce, check-theory, train-dynamics)."""
+    import ast
+
+    callers = []
+    for path in sorted((ROOT / "simlab").rglob("*.py")):
+        if path.name == "tomlio.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = getattr(node, "name", None) or getattr(node, "id", None)
+            name = name or getattr(node, "attr", None)
+            if name == "read_toml":
+                callers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert callers == []
