@@ -184,7 +184,7 @@ def jaxpr_bytes(f: Callable, *args) -> int:
 
 class ChunkRunner:
     """compute_chunk(seed, start, stop) for a Writer: compiles both programs on the first chunk
-    (none when nothing is missing), keeps the current seed's state on every device, runs each
+    (none when nothing is missing), or earlier when told (compile()), keeps the current seed's state on every device, runs each
     device's contiguous part of the chunk with the same program (the module docstring), and
     times both. layout: the sweep's simlab.engine.store.Layout."""
 

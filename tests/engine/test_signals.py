@@ -72,32 +72,25 @@ def test_sigterm_saves_reports_and_exits_143(tmp_path, again):
     assert not (out / ".lock").exists() and not (out / "claims").exists()
 
 
-def test_a_stop_signal_decides_the_exit_code_and_the_handlers_come_back(capsys):
+def test_a_stop_signal_decides_the_exit_code_and_the_handlers_come_back(capsys, monkeypatch):
     """In-process: SIGTERM while a command runs gives 143 and the line naming it, SIGINT 130
     and the plain line; the caller's handlers are restored afterwards."""
-
-    def stop_with(signum):
-        def command(args):
-            os.kill(os.getpid(), signum)
-            time.sleep(5)  # the handler raises first
-            return 0
-
-        return command
+    import simlab.cli.info
 
     before = {s: signal.getsignal(s) for s in cli.STOP_SIGNALS}
     for signum, code, head in [
         (signal.SIGTERM, 143, "simlab: interrupted (SIGTERM)"),
         (signal.SIGINT, 130, "simlab: interrupted"),
     ]:
-        args = cli.build_parser(["info", "x"]).parse_args(["info", "x"])
-        args.cli_main = stop_with(signum)
-        original = cli.build_parser
-        try:
-            cli.build_parser = lambda argv, a=args: type("P", (), {"parse_args": lambda s, v: a})()
-            t0 = time.perf_counter()
-            assert cli.main(["info", "x"]) == code
-            assert time.perf_counter() - t0 < 4
-        finally:
-            cli.build_parser = original
+
+        def command(args, signum=signum):
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # the handler raises first
+            return 0
+
+        monkeypatch.setattr(simlab.cli.info, "cli_main", command)
+        t0 = time.perf_counter()
+        assert cli.main(["info", "x"]) == code
+        assert time.perf_counter() - t0 < 4
         assert capsys.readouterr().err.strip() == head
         assert {s: signal.getsignal(s) for s in cli.STOP_SIGNALS} == before
