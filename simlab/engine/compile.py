@@ -184,9 +184,10 @@ def jaxpr_bytes(f: Callable, *args) -> int:
 
 class ChunkRunner:
     """compute_chunk(seed, start, stop) for a Writer: compiles both programs on the first chunk
-    (none when nothing is missing), or earlier when told (compile()), keeps the current seed's state on every device, runs each
-    device's contiguous part of the chunk with the same program (the module docstring), and
-    times both. layout: the sweep's simlab.engine.store.Layout."""
+    (none when nothing is missing) or earlier when told (compile()), keeps the current seed's
+    state on every device, runs each device's contiguous part of the chunk with the same
+    program (the module docstring), and times both. layout: the sweep's
+    simlab.engine.store.Layout."""
 
     def __init__(self, cfg: SweepConfig, lab, names, devices: list, layout):
         self.cfg, self.lab, self.names, self.devices, self.layout = cfg, lab, names, devices, layout
