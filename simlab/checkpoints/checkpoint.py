@@ -361,7 +361,14 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
     """Read a checkpoint folder (simlab.checkpoints.files.locate) into the lab's layout.
     Each file is read once (simlab.checkpoints.files.read). Refused in one line naming the
     field and the file: an architecture not in ARCHITECTURES, a config value simlab does not
-    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor."""
+    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor. `path` may also
+    name an installed model (simlab.checkpoints.models.MODELS) or a .gguf file
+    (simlab.checkpoints.gguf_file)."""
+    from simlab.checkpoints import gguf_file, models
+
+    path = models.path_of(path, where)
+    if gguf_file.is_gguf(path):
+        return gguf_file.load(path, where)
     folder = files.locate(path, where)
     cfg_file = folder / files.CONFIG
     config, tensors, origin, hashes = files.read(folder)  # every file once, hashed as read
