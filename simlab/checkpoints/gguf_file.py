@@ -167,9 +167,10 @@ class Meta:
         return float(v)
 
 
-def hf_config(m: Meta, names: set[str], n_tokens: int | None) -> dict:
+def hf_config(m: Meta, names: set[str], n_tokens: int | None, n_rows: int | None) -> dict:
     """The HF Llama config.json the metadata states (see the module docstring); settings simlab
-    does not compute refused naming the key."""
+    does not compute refused naming the key. The vocabulary: llama.vocab_size, else the
+    tokens' count (as HF), else the token embedding's rows."""
     arch = m.get("general.architecture")
     if arch is None:
         m.fail("general.architecture", "missing (the file names no architecture)")
@@ -197,9 +198,9 @@ def hf_config(m: Meta, names: set[str], n_tokens: int | None) -> dict:
         scaling == "linear" and m.get(a + "rope.scaling.factor", 1.0) == 1.0
     ):
         m.fail(a + "rope.scaling.type", f"{scaling!r}: rope scaling is not supported")
-    vocab = m.get(a + "vocab_size", n_tokens)
+    vocab = m.get(a + "vocab_size", n_tokens or n_rows)
     if vocab is None:
-        m.fail(a + "vocab_size", "missing, and no tokenizer.ggml.tokens to count")
+        m.fail(a + "vocab_size", "missing, and no tokenizer.ggml.tokens or token_embd to count")
     bias = "blk.0.attn_q.bias" in names
     return {
         "model_type": "llama",
@@ -272,7 +273,8 @@ def read(f: pathlib.Path):
     meta = metadata(reader)
     names = {t.name for t in reader.tensors}
     tokens = meta.get("tokenizer.ggml.tokens")
-    cfg = hf_config(Meta(meta, f), names, len(tokens) if tokens is not None else None)
+    rows = next((int(t.shape[-1]) for t in reader.tensors if t.name == "token_embd.weight"), None)
+    cfg = hf_config(Meta(meta, f), names, len(tokens) if tokens is not None else None, rows)
     wanted = ["token_embd.weight"] + [
         f"blk.{i}.{t}.weight" for i in range(cfg["num_hidden_layers"]) for t in LAYER_TENSORS
     ]
@@ -283,6 +285,20 @@ def read(f: pathlib.Path):
             f"that {cfg['num_hidden_layers']} llama layers need)"
         )
     return cfg, dequantised(reader, f, cfg), meta, sha
+
+
+def output_head(path) -> dict:
+    """The model's head above the layers (not part of any layer, so not in a Checkpoint): the
+    final RMSNorm's gain "norm" (D,), the output matrix "output" (vocab, D) (the token
+    embedding when the file is tied) and "tied" (no output.weight in the file)."""
+    f = pathlib.Path(path).expanduser()
+    _, t, _, _ = read(f)
+    tied = "lm_head.weight" not in t
+    return {
+        "norm": t["norm.weight"],
+        "output": t["embed_tokens.weight" if tied else "lm_head.weight"],
+        "tied": tied,
+    }
 
 
 def load(path, where: str = "checkpoint.path"):
