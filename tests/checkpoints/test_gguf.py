@@ -15,13 +15,13 @@ import pytest
 
 pytest.importorskip("gguf")
 
+from fixtures import make_gguf  # noqa: E402
+
 import simlab  # noqa: E402
 from simlab import cli  # noqa: E402
 from simlab.checkpoints import gguf_file, load, models  # noqa: E402
 from simlab.checkpoints.inputs import text_corpus  # noqa: E402
 from simlab.errors import ConfigError  # noqa: E402
-
-from fixtures import make_gguf  # noqa: E402
 
 GGUF = pathlib.Path(__file__).parent.parent / "fixtures" / "checkpoints" / "gguf"
 NAMES = ("tied", "untied")
