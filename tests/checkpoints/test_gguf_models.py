@@ -154,3 +154,29 @@ def test_smollm2_every_layer_and_the_perplexity_match_hf_gguf_load():
     ppl, ppl_hf = float(np.exp(nll)), float(torch.exp(out.loss))
     assert head["tied"] and abs(ppl / ppl_hf - 1) < 1e-4, (ppl, ppl_hf)
     assert 5 < ppl < 30, ppl
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "experiment, fixture, layer, depth",
+    [("minilm_text", "bert", 1, 1), ("smollm2_text", "gguf/tied.gguf", 0, 2)],
+)
+def test_the_text_experiments_run_on_the_fixtures(experiment, fixture, layer, depth):
+    """experiments/minilm_text.toml and smollm2_text.toml name the installed models; here the
+    same files run on the tiny fixtures of the same architectures (windows of the stdlib text
+    through the embedded or tokenizer.json tokenizer): every metric finite, the entropy falling
+    as lambda sharpens the trained attention."""
+    from simlab.engine.tomlio import read_toml
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    raw = read_toml(root / "experiments" / f"{experiment}.toml")
+    assert raw["checkpoint"]["path"] in models.MODELS and raw["inputs"]["kind"] == "text"
+    raw["checkpoint"] = {"path": str(GGUF.parent / fixture), "layer": layer}
+    raw["block"]["depth"] = depth
+    raw["inputs"].update(batch=2, length=16)
+    raw["sweep"]["seeds"] = 2
+    res = simlab.run_sweep(raw, out=None, quiet=True)
+    h = res.mean("attn_entropy")
+    h = h if h.ndim == 1 else h.mean(-1)
+    assert np.all(np.diff(h) < 0), h
+    assert all(np.all(np.isfinite(res[m])) for m in res.meta["metrics"]), res.meta["metrics"]
