@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simlab.checkpoints import files
+from simlab.checkpoints import files, gguf_file, models
 from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
 from simlab.core import block as blocks
 from simlab.core import geometry
@@ -364,11 +364,9 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
     compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor. `path` may also
     name an installed model (simlab.checkpoints.models.MODELS) or a .gguf file
     (simlab.checkpoints.gguf_file)."""
-    from simlab.checkpoints import gguf_file, models
-
     path = models.path_of(path, where)
     if gguf_file.is_gguf(path):
-        return gguf_file.load(path, where)
+        return Checkpoint(**gguf_file.parts(path, where))
     folder = files.locate(path, where)
     cfg_file = folder / files.CONFIG
     config, tensors, origin, hashes = files.read(folder)  # every file once, hashed as read

@@ -1,4 +1,5 @@
-"""A llama.cpp GGUF file as a checkpoint: `load(path)` -> Checkpoint (docs/checkpoints.md, "GGUF").
+"""A llama.cpp GGUF file as a checkpoint: `parts(path)` -> the fields of its Checkpoint, which
+simlab.checkpoints.checkpoint.load builds (docs/checkpoints.md, "GGUF checkpoints").
 
 The file is read with the `gguf` package (llama.cpp's own Python reader, gguf.GGUFReader) and
 every tensor dequantised by its own functions (gguf.quants.dequantize: F32, F16, BF16, Q8_0,
@@ -33,6 +34,8 @@ import pathlib
 
 import numpy as np
 
+from simlab.checkpoints import gguf_tokenizer
+from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
 from simlab.errors import ConfigError
 
 ARCHITECTURE = "llama"
@@ -301,12 +304,9 @@ def output_head(path) -> dict:
     }
 
 
-def load(path, where: str = "checkpoint.path"):
-    """A .gguf file as a Checkpoint (its folder field: the file), every tensor read once."""
-    from simlab.checkpoints import gguf_tokenizer
-    from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
-    from simlab.checkpoints.checkpoint import Checkpoint
-
+def parts(path, where: str = "checkpoint.path") -> dict:
+    """The fields of the Checkpoint of a .gguf file (simlab.checkpoints.checkpoint.load builds
+    it; its folder field: the file), every tensor read once."""
     f = pathlib.Path(path).expanduser()
     if not f.is_file():
         raise ConfigError(f"{where}: {str(f)!r} does not exist (nothing is downloaded)")
@@ -318,7 +318,7 @@ def load(path, where: str = "checkpoint.path"):
     n_layers = arch.n_layers(c)
     get = Tensors(tensors, dict.fromkeys(tensors, f.name), "", f.parent)
     layers = [arch.layer(get, i, c, fields) for i in range(n_layers)]
-    return Checkpoint(
+    return dict(
         folder=f,
         architecture=arch.name,
         fields=fields,

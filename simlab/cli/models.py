@@ -46,6 +46,7 @@ def describe(rows: list[dict]) -> str:
 
 
 def cli_main(args) -> int:
+    # deferred: simlab.checkpoints imports jax (heavy); `simlab --help` answers at once
     from simlab.checkpoints import models
 
     if args.action == "list":
