@@ -221,3 +221,45 @@ def test_the_command_line_exits_2_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(f) in err[0] and "truncated" in err[0]
     assert not out.exists()
+
+
+# offsets of the float16 scales in one block of each K-quant (ggml-common.h: block_q2_K ..
+# block_q6_K), set to 0.01 in blocks of otherwise random bytes (gguf cannot quantise to them)
+K_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def k_blocks(shape, t, rng) -> np.ndarray:
+    import gguf
+
+    block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t]]
+    b = rng.integers(0, 256, (shape[0], shape[1] // block, nbytes), dtype=np.uint8)
+    for off in K_SCALES[t]:
+        b[..., off : off + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    return b.reshape(shape[0], -1)
+
+
+@pytest.mark.parametrize("t", [t for t in gguf_file.SUPPORTED if t != "F32"])
+def test_every_supported_type_reads_as_its_dequantised_values(tmp_path, t):
+    """A file whose token embedding and attn_v .. ffn_down are of type t loads exactly as its
+    twin holding their dequantised values (gguf.quants.dequantize) in F32: the type's bytes
+    reach the right rows and columns of the right tensors."""
+    import gguf
+
+    size = dict(make_gguf.SIZE, d=256, ff=256, layers=1)
+    rng = np.random.default_rng(3)
+    w = make_gguf.random_weights(260, size, seed=2)
+    kinds = ("token_embd", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    q = gguf.GGMLQuantizationType[t]
+    stored = {
+        n: k_blocks(x.shape, t, rng) if t in K_SCALES else gguf.quants.quantize(x, q)
+        for n, x in w.items()
+        if n.split(".")[-2] in kinds
+    }
+    twin = {n: gguf.quants.dequantize(b, q).reshape(w[n].shape) for n, b in stored.items()}
+    tok = make_gguf.byte_tokenizer()
+    make_gguf.write(tmp_path / "q.gguf", {**w, **stored}, tok, dict.fromkeys(kinds, t), size)
+    make_gguf.write(tmp_path / "f.gguf", {**w, **twin}, tok, size=size)
+    a, b = load(tmp_path / "q.gguf"), load(tmp_path / "f.gguf")
+    assert all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
+    assert np.array_equal(a.tables["word"], b.tables["word"])
+    assert not np.array_equal(b.tables["word"], w["token_embd.weight"])  # not F32 in disguise
