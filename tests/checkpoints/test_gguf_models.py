@@ -186,3 +186,19 @@ def test_the_text_experiments_run_on_the_fixtures(experiment, fixture, layer, de
     h = h if h.ndim == 1 else h.mean(-1)
     assert np.all(np.diff(h) < 0), h
     assert all(np.all(np.isfinite(res[m])) for m in res.meta["metrics"]), res.meta["metrics"]
+
+
+def test_the_models_extra_is_the_readers_only_and_pinned():
+    """pyproject's `models` extra holds the readers (tokenizers, gguf), not the model packages
+    (whose dependencies pull sentence-transformers and torch, or llama-cpp-python's C++ build),
+    and constraints.txt pins gguf."""
+    import re
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~ \[]", r)[0] for r in extras["optional-dependencies"]["models"]}
+    assert names == {"tokenizers", "gguf"}
+    assert not names & {m.pip for m in models.MODELS.values()}
+    pins = (root / "constraints.txt").read_text().splitlines()
+    assert any(p.startswith("gguf==") for p in pins)
