@@ -287,7 +287,37 @@ def read(f: pathlib.Path):
             f"{f}: tensor {missing[0]!r} is missing ({len(missing)} of the {len(wanted)} tensors "
             f"that {cfg['num_hidden_layers']} llama layers need)"
         )
+    shapes = expected_shapes(cfg)
+    for t in reader.tensors:
+        kind = t.name.split(".")[-2] if t.name.endswith(".weight") else None
+        shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+        if kind in shapes and shape != shapes[kind]:
+            raise ConfigError(
+                f"{f}: tensor {t.name!r} has shape {shape}, the metadata implies "
+                f"{shapes[kind]} (llama.embedding_length, attention.head_count(_kv), "
+                "feed_forward_length, vocab_size)"
+            )
     return cfg, dequantised(reader, f, cfg), meta, sha
+
+
+def expected_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor kind -> its (rows, columns) in numpy order, as the metadata states them."""
+    d, h, g = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    f, v, k = cfg["intermediate_size"], cfg["vocab_size"], d // h
+    return {
+        "token_embd": (v, d),
+        "output": (v, d),
+        "output_norm": (d,),
+        "attn_norm": (d,),
+        "ffn_norm": (d,),
+        "attn_q": (h * k, d),
+        "attn_k": (g * k, d),
+        "attn_v": (g * k, d),
+        "attn_output": (d, h * k),
+        "ffn_gate": (f, d),
+        "ffn_up": (f, d),
+        "ffn_down": (d, f),
+    }
 
 
 def output_head(path) -> dict:

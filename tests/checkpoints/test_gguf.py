@@ -127,6 +127,9 @@ def test_a_config_names_an_installed_model_or_is_told_the_light_install(monkeypa
 
 
 # ------------------------------------------------------------------------------ bad input
+TOKENS_261 = make_gguf.byte_tokenizer()["tokens"] + ["zz"]
+
+
 def write(tmp_path, name="bad.gguf", **kw) -> pathlib.Path:
     f = tmp_path / name
     weights = make_gguf.random_weights(260, seed=1)
@@ -179,10 +182,22 @@ def test_an_unsupported_tensor_type_is_refused_naming_the_tensor(tmp_path):
         (dict(meta={"tokenizer.ggml.bos_token_id": 999}), "tokenizer.ggml.bos_token_id: 999"),
         (dict(drop=("tokenizer.ggml.bos_token_id",)), "tokenizer.ggml.bos_token_id: missing"),
         (dict(meta={"tokenizer.ggml.token_type": [1, 1]}), "tokenizer.ggml.token_type"),
-        (dict(meta={"llama.vocab_size": 300}), "tokenizer.ggml.tokens: 260 tokens"),
+        (dict(meta={"llama.vocab_size": 300}), "'token_embd.weight' has shape (260, 64)"),
+        (
+            dict(meta={"llama.vocab_size": 260, "tokenizer.ggml.tokens": TOKENS_261}),
+            "tokenizer.ggml.tokens: 261 tokens, but the model's vocabulary has 260",
+        ),
         (dict(meta={"tokenizer.ggml.pre": "qwen2"}), "tokenizer.ggml.pre: 'qwen2'"),
         (dict(meta={"llama.rope.dimension_count": 8}), "llama.rope.dimension_count: 8"),
         (dict(drop=("llama.block_count",)), "metadata llama.block_count: missing"),
+        (
+            dict(meta={"llama.feed_forward_length": 128}),
+            "'blk.0.ffn_gate.weight' has shape (96, 64)",
+        ),
+        (
+            dict(meta={"llama.attention.head_count_kv": 4}),
+            "'blk.0.attn_k.weight' has shape (32, 64)",
+        ),
     ],
 )
 def test_missing_or_inconsistent_metadata_is_refused_naming_the_key(tmp_path, change, needle):
