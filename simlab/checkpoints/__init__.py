@@ -2,8 +2,9 @@
 read into simlab's layout (docs/checkpoints.md).
 
 load(path) -> Checkpoint          a HuggingFace checkpoint folder (or HF cache snapshot),
-                                  no download, no torch needed (safetensors); every file
-                                  read once
+                                  a llama.cpp .gguf file (gguf_file), or an installed
+                                  model's name (models.MODELS: `simlab models`); no
+                                  download, no torch needed; every file read once
 Checkpoint.at(layers) -> Weights  what Lab(weights=...) runs
 source.resolve(spec, block)       a [checkpoint] table -> (spec, BlockSpec, Weights)
 ARCHITECTURES                     model_type -> how its tensors map onto simlab's blocks

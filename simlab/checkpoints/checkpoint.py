@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simlab.checkpoints import files
+from simlab.checkpoints import files, gguf_file, models
 from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
 from simlab.core import block as blocks
 from simlab.core import geometry
@@ -375,7 +375,12 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
     """Read a checkpoint folder (simlab.checkpoints.files.locate) into the lab's layout.
     Each file is read once (simlab.checkpoints.files.read). Refused in one line naming the
     field and the file: an architecture not in ARCHITECTURES, a config value simlab does not
-    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor."""
+    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor. `path` may also
+    name an installed model (simlab.checkpoints.models.MODELS) or a .gguf file
+    (simlab.checkpoints.gguf_file)."""
+    path = models.path_of(path, where)
+    if gguf_file.is_gguf(path):
+        return Checkpoint(**gguf_file.parts(path, where))
     folder = files.locate(path, where)
     cfg_file = folder / files.CONFIG
     config, tensors, origin, hashes = files.read(folder)  # every file once, hashed as read

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "simlab.cli.series",
         "the trained-model quantities of a folder of checkpoints (one per training step)",
     ),
+    "models": ("simlab.cli.models", "the trained models simlab knows: installed or not, install"),
 }
 
 

