@@ -128,9 +128,7 @@ class Lab:
             raise ConfigError("sweep.metrics: must name at least one metric")
         self.metric_names = names
         # unit-normalised tokens are not linear in the knobs: nothing to hoist
-        self.hoist = (
-            hoist and not BLOCKS[block.kind].norm_before_projections and not inputs.normalize
-        )
+        self.hoist = hoist and not block.norm_before_projections and not inputs.normalize
         self.tiled = tiled and not needs_full_weights(names)
         self.factor = (
             factor
