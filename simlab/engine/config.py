@@ -106,6 +106,9 @@ FINGERPRINT_RULES: dict[int, dict[str, dict[str, Any]]] = {
         },
         "defaults": {"sweep": {"dtype": "float32"}},
     },
+    # rule 2: only the fields and knobs away from their defaults (a field added later, at its
+    # default, never changes a rule-2 fingerprint)
+    2: {"hashed_at_default": {}, "defaults": {"sweep": {"dtype": "float32"}}},
 }  # fmt: skip
 # The rule new records are made under (the newest).
 FINGERPRINT_RULE = max(FINGERPRINT_RULES)

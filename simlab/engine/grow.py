@@ -419,6 +419,9 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
         covariate_dims=covariate_dims(cov) if cov else None,
         numerics_report=report,
         rule=job.rule,
+        machines=records.part_machines(
+            [p.res.meta for p in pool.parts if p.res is not None], out_dir or "this sweep"
+        ),
         **extra,
     )
     if out_dir is None or not current:

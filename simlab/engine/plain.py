@@ -426,6 +426,7 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         covariate_dims=covariate_dims(cov) if cov else None,
         numerics_report=report,
         rule=job.rule,
+        machines=records.unit_machines(store.chunks.values(), out or "this sweep"),
         layout=layout_meta,
     )
     if out is None:

@@ -299,21 +299,22 @@ def test_structure_fields_refused_naming_the_field(fields, names):
 
 
 def test_structure_fields_at_their_defaults_stay_out_of_the_fingerprint():
-    """A config of every built-in kind hashes under fingerprint rule 1 without any of the new
-    fields (they default to None / the preset), so committed sweeps keep their fingerprints;
+    """A config of every built-in kind hashes, under every fingerprint rule, without any of the
+    new fields (they default to None / the preset), so committed sweeps keep their fingerprints;
     a field set away from its default enters it."""
     new = ("attn_norm", "mlp_norm", "norm", "norm_gain", "norm_bias", "mlp_kind", "w_o",
            "head_dim", "init_var", "bias_var")  # fmt: skip
-    for kind in block.BLOCKS:
-        raw = {
-            "block": {"kind": kind, "d_model": 16, "n_heads": 2},
-            "axes": [{"name": "temperature", "values": [1.0]}],
-        }
-        canon = engine_config.canonical(engine_config.load_config(raw).to_dict(), 1)
-        assert not set(new) & set(canon["block"]), kind
-    raw["block"] = {"kind": "post_ln", "d_model": 16, "n_heads": 1, "w_o": False}
-    d = engine_config.load_config(raw).to_dict()
-    assert "w_o" in engine_config.canonical(d, 1)["block"]
+    axes = [{"name": "temperature", "values": [1.0]}]
+    for rule in engine_config.FINGERPRINT_RULES:
+        for kind in block.BLOCKS:
+            raw = {"block": {"kind": kind, "d_model": 16, "n_heads": 2}, "axes": axes}
+            canon = engine_config.canonical(engine_config.load_config(raw).to_dict(), rule)
+            assert not set(new) & set(canon["block"]), (rule, kind)
+        raw = {"block": {"kind": "post_ln", "d_model": 16, "n_heads": 1, "w_o": False,
+                         "bias_var": {"b1": 0.1, "bv": 0.2}}, "axes": axes}  # fmt: skip
+        canon = engine_config.canonical(engine_config.load_config(raw).to_dict(), rule)
+        assert canon["block"]["w_o"] is False
+        assert canon["block"]["bias_var"] == [["b1", 0.1], ["bv", 0.2]]  # sorted: order-free
 
 
 def test_the_structure_formula_reads_the_data():
