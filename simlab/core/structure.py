@@ -94,6 +94,11 @@ class Structure:
                 f"{where}.attn_norm: a parallel block (the MLP reads x) has no norm of the "
                 "attention residual alone ('post'); use 'pre' or 'pre+out'"
             )
+        if self.mlp_reads == "x" and "post" in self.mlp_norm:
+            raise ConfigError(
+                f"{where}.mlp_norm: a parallel block has no residual sum of the MLP alone to "
+                "normalise ('post'); use 'pre' or 'pre+out'"
+            )
         if self.shared_norm and (self.mlp_reads != "x" or "pre" not in self.attn_norm):
             raise ConfigError(
                 f"{where}.attn_norm: a shared norm needs parallel branches with a 'pre' norm"

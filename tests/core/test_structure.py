@@ -286,6 +286,7 @@ def test_gg_init_draws_the_declared_variances():
         (dict(bias_var={"b1": -1.0}), "block.bias_var.b1"),
         (dict(attn_norm="pre+side"), "block.attn_norm"),
         (dict(kind="parallel", attn_norm="pre+post"), "block.attn_norm"),
+        (dict(kind="parallel2", mlp_norm="post"), "block.mlp_norm"),
         (dict(norm="batchnorm"), "block.norm"),
         (dict(mlp_kind="moe"), "block.mlp_kind"),
         (dict(init="glorot", init_var={"wq": 1.0}), "block.init_var"),
