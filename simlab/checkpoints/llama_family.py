@@ -18,13 +18,14 @@ from simlab.checkpoints.layernorm_family import neox_rotary
 def llama_spec(c: Config) -> dict:
     """Llama, Mistral and Qwen2's layer fields; the family's own refusals are in the callers."""
     d, h, f = c.int("hidden_size"), c.int("num_attention_heads"), c.int("intermediate_size")
-    if d % h:
-        c.fail("num_attention_heads", f"{h} does not divide hidden_size {d}")
+    # the head width: config.json's head_dim where set (HF: q_proj has num_heads * head_dim
+    # outputs, o_proj as many inputs), else hidden_size / num_attention_heads
+    k = c.int("head_dim") if c.cfg.get("head_dim") is not None else None
+    if k is None and d % h:
+        c.fail("num_attention_heads", f"{h} does not divide hidden_size {d} (and no head_dim)")
     g = c.int("num_key_value_heads", h)
     if h % g:
         c.fail("num_key_value_heads", f"{g} does not divide num_attention_heads {h}")
-    k = d // h
-    c.expect("head_dim", (k, None), k)  # simlab's d_head is d_model / n_heads
     c.expect("pretraining_tp", (1,), 1)
     if c.cfg.get("model_type") == "llama":  # Mistral's and Qwen2's layers never read these
         c.expect("mlp_bias", (False,), False)
@@ -37,6 +38,7 @@ def llama_spec(c: Config) -> dict:
         d_model=d,
         n_heads=h,
         **({"n_kv_heads": g} if g != h else {}),
+        **({"head_dim": k} if k is not None and k * h != d else {}),  # the block's data
         d_ff=f,
         activation=c.activation("hidden_act", "silu"),
         causal=True,
@@ -83,7 +85,7 @@ def sliding_positions(c: Config) -> int:
 
 def llama_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
     d, h, f = s["d_model"], s["n_heads"], s["d_ff"]
-    g, k = s.get("n_kv_heads", h), d // h
+    g, k = s.get("n_kv_heads", h), s.get("head_dim") or d // h
     pre = f"layers.{i}."
     bias = attention_biases(c)
     out = {}
@@ -94,7 +96,7 @@ def llama_layer(get: Tensors, i: int, c: Config, s: dict) -> dict:
         # grouped-query attention: each key/value head serves h / g consecutive query heads
         out[f"w{n}"] = np.repeat(w, h // n_h, axis=1)
         out[f"b{n}"] = np.repeat(b, h // n_h, axis=0)
-    out["wo"] = get(f"{pre}self_attn.o_proj.weight", (d, d)).T.reshape(h, k, d)
+    out["wo"] = get(f"{pre}self_attn.o_proj.weight", (d, h * k)).T.reshape(h, k, d)
     bo = get(f"{pre}self_attn.o_proj.bias", (d,)) if "o" in bias else None
     out["bo"] = zeros_if_none(bo, (d,))
     zeros = np.zeros((d,), np.float32)
