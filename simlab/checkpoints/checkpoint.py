@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simlab.checkpoints import files
+from simlab.checkpoints import files, gguf_file, models
 from simlab.checkpoints.architectures import ARCHITECTURES, Config, Tensors
 from simlab.core import block as blocks
 from simlab.core import geometry
@@ -357,11 +357,30 @@ def _architecture(c: Config):
     return ARCHITECTURES[name]
 
 
+def _check_rotary(fields: dict, c: Config) -> None:
+    """Refuse, at load and naming config.json's fields, a head dim whose rotated part is odd
+    (rotary embeddings turn pairs of dims; BlockSpec would refuse it later as block.rotary_pct,
+    a field the user never set)."""
+    k, pct = fields["d_model"] // fields["n_heads"], fields.get("rotary_pct", 0.0)
+    if int(k * pct) % 2:
+        c.fail(
+            "head_dim" if "head_dim" in c.cfg else "num_attention_heads",
+            f"the head dim hidden_size {fields['d_model']} / num_attention_heads "
+            f"{fields['n_heads']} = {k} is odd; its rotary embeddings turn {int(k * pct)} dims "
+            "in pairs, which must be even: simlab cannot run this checkpoint",
+        )
+
+
 def load(path, where: str = "checkpoint.path") -> Checkpoint:
     """Read a checkpoint folder (simlab.checkpoints.files.locate) into the lab's layout.
     Each file is read once (simlab.checkpoints.files.read). Refused in one line naming the
     field and the file: an architecture not in ARCHITECTURES, a config value simlab does not
-    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor."""
+    compute, a missing tensor, a shape mismatch, a NaN or Inf in a tensor. `path` may also
+    name an installed model (simlab.checkpoints.models.MODELS) or a .gguf file
+    (simlab.checkpoints.gguf_file)."""
+    path = models.path_of(path, where)
+    if gguf_file.is_gguf(path):
+        return Checkpoint(**gguf_file.parts(path, where))
     folder = files.locate(path, where)
     cfg_file = folder / files.CONFIG
     config, tensors, origin, hashes = files.read(folder)  # every file once, hashed as read
@@ -369,6 +388,7 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
     arch = _architecture(c)
     arch_name = arch.name
     fields = arch.spec(c)
+    _check_rotary(fields, c)
     n_layers = arch.n_layers(c)
     prefix = next((p for p in arch.prefixes if p + arch.probe in tensors), None)
     if prefix is None:

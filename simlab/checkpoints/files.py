@@ -33,7 +33,9 @@ TORCH_BIN = "pytorch_model.bin"
 
 def locate(path, where: str = "checkpoint.path") -> pathlib.Path:
     """The directory holding config.json for `path` (a directory, an HF cache snapshot or an
-    HF cache model directory models--org--name)."""
+    HF cache model directory models--org--name), absolute: every message about the
+    checkpoint's files names them the same way whatever the route (a config file's relative
+    path is made absolute, a --set or a dict's is not)."""
     p = pathlib.Path(path).expanduser()
     if p.is_symlink() and not p.exists():
         raise ConfigError(
@@ -44,7 +46,8 @@ def locate(path, where: str = "checkpoint.path") -> pathlib.Path:
     if not p.is_dir():
         raise ConfigError(f"{where}: {str(p)!r} is not a directory (give the checkpoint's folder)")
     if (p / CONFIG).is_file():
-        return p
+        return p.absolute()
+    p = p.absolute()
     snaps = p / "snapshots"
     if p.name.startswith("models--") and snaps.is_dir():
         ref = p / "refs" / "main"
@@ -137,6 +140,9 @@ def parse_safetensors(data: bytes, f: pathlib.Path) -> dict[str, np.ndarray]:
         raise ConfigError(f"{f}: not a safetensors file (its header is not a JSON object)")
     header.pop("__metadata__", None)
     start, out = 8 + n, {}
+    ends = [i["data_offsets"][1] for i in header.values() if _offsets(i)]
+    if ends and start + max(ends) > len(data):
+        raise ConfigError(_truncated(f, start + max(ends), len(data)))
     for name, info in header.items():
         try:
             dtype, shape, (lo, hi) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
@@ -153,6 +159,21 @@ def parse_safetensors(data: bytes, f: pathlib.Path) -> dict[str, np.ndarray]:
             a = (a.astype(np.uint32) << 16).view(np.float32)
         out[name] = a.reshape(shape)
     return out
+
+
+def _offsets(info) -> bool:
+    """Whether a header entry has two integer data_offsets."""
+    o = info.get("data_offsets") if isinstance(info, dict) else None
+    return isinstance(o, list) and len(o) == 2 and all(isinstance(x, int) for x in o)
+
+
+def _truncated(f: pathlib.Path, need: int, have: int) -> str:
+    """The refusal of a safetensors file cut short: what its header says, what it has."""
+    return (
+        f"{f}: the file is shorter than its header says (its tensors end at byte {need:,}, "
+        f"the file has {have:,} bytes): it was cut short (an interrupted download or copy); "
+        "fetch or copy it again"
+    )
 
 
 def parse_torch(data: bytes, f: pathlib.Path) -> dict[str, np.ndarray]:

@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import tomllib
 
+import simlab
 from simlab.errors import ConfigError, Interrupted, StorageError
 
 # name -> (module, one-line help)
@@ -39,25 +42,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "simlab.cli.series",
         "the trained-model quantities of a folder of checkpoints (one per training step)",
     ),
+    "models": ("simlab.cli.models", "the trained models simlab knows: installed or not, install"),
 }
 
 
 def version() -> str:
-    """The installed simlab version (pyproject's), or "unknown" outside an installation."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    """The installed simlab version (simlab.__version__: the package metadata)."""
+    return simlab.__version__
 
-    try:
-        return dist_version("simlab")
-    except PackageNotFoundError:
-        return "unknown"
+
+DESCRIPTION = (
+    "simlab: attention sharpness vs anisotropy of Transformer blocks, untrained (random "
+    "weights) or read from trained checkpoints"
+)
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     """Parser with every subcommand; only the one named in argv is imported."""
     parser = argparse.ArgumentParser(
         prog="simlab",
-        description="simlab: attention sharpness vs anisotropy of untrained Transformer blocks",
+        description=DESCRIPTION,
     )
     parser.add_argument("--version", action="version", version=f"simlab {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -84,13 +88,68 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"simlab: warning: {message}", file=sys.stderr)
 
 
+# the signals that stop a command like Ctrl-C: SIGINT, and SIGTERM (what Slurm, `timeout` and
+# `kill` send); the one received decides the exit code, 128 + its number (130, 143)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []
+
+
+def _stop(signum, frame):
+    """The first stopping signal: ignore any further one (a second Ctrl-C must not break the
+    saving of what was finished, nor jax's exit handlers), then stop as Ctrl-C does."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, _ignore)
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+def _ignore(signum, frame):
+    """A stopping signal after the first, or after the command: nothing. (A Python handler,
+    not SIG_IGN: a signal already received but not yet handled would then print CPython's
+    "Signal N ignored due to race condition" traceback.)"""
+
+
+def _catch_stop_signals() -> dict:
+    """Install _stop for SIGINT and SIGTERM (not for one the process inherited ignored, as a
+    background job's SIGINT); returns the handlers it replaced. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    _received.clear()
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s, h in before.items():
+        if h is not signal.SIG_IGN:
+            signal.signal(s, _stop)
+    return before
+
+
+def _stopped_by() -> tuple[str, int]:
+    """(" (SIGTERM)" or "", exit code) of the signal that stopped the command (SIGINT when none
+    was seen: a KeyboardInterrupt raised otherwise)."""
+    signum = _received[0] if _received else signal.SIGINT
+    name = "" if signum == signal.SIGINT else f" ({signal.Signals(signum).name})"
+    return name, 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `simlab` and `python -m simlab`; returns the exit code."""
+    """Entry point of `simlab` and `python -m simlab`; returns the exit code. As the program
+    (argv None) it ignores SIGINT and SIGTERM once the command has ended (what is left is the
+    interpreter's shutdown); called with argv (tests, scripts) it restores the handlers."""
     import warnings
 
     warnings.showwarning = _show_warning
+    program = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
+    before = _catch_stop_signals()
+    try:
+        return _run(args)
+    finally:
+        for s, h in before.items():
+            signal.signal(s, _ignore if program else h)
+
+
+def _run(args) -> int:
+    """The chosen command, its user errors, storage failures and stops as one line each."""
     try:
         # deferred: jax (heavy), loaded only when a command runs: `simlab --help` answers at once
         from simlab import plugins
@@ -104,11 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simlab: error: {e.strerror}", file=sys.stderr)
         return 1
     except Interrupted as e:
-        print(f"\nsimlab: interrupted: {e.message}", file=sys.stderr)
-        return 130
+        name, code = _stopped_by()
+        print(f"\nsimlab: interrupted{name}: {e.message}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
-        print("\nsimlab: interrupted", file=sys.stderr)
-        return 130
+        name, code = _stopped_by()
+        print(f"\nsimlab: interrupted{name}", file=sys.stderr)
+        return code
     except BrokenPipeError:  # e.g. `simlab info DIR | head -1`: the reader has gone
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again

@@ -4,6 +4,7 @@ reloaded) and drawn (simlab.studies.reproduce)."""
 from __future__ import annotations
 
 from simlab.cli.args import add_cache_argument, add_set_argument, apply_cache_argument
+from simlab.errors import ConfigError
 
 
 def add_arguments(parser) -> None:
@@ -16,7 +17,7 @@ def add_arguments(parser) -> None:
         "--only",
         nargs="+",
         metavar="NAME",
-        help="experiments (groups) or single configs of experiments/ to run",
+        help=f"experiments (groups) or single configs of experiments/ to run; {_names()}",
     )
     parser.add_argument(
         "--out",
@@ -26,6 +27,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     add_set_argument(parser)
     add_cache_argument(parser)
+
+
+def _names() -> str:
+    """The names --only takes (the groups, then the configs), as one help sentence."""
+    # deferred: jax (simlab.engine.config), loaded only when `reproduce` is the command
+    from simlab.engine.config import experiments_dir
+    from simlab.studies.reproduce.experiments import experiment_files, experiment_groups
+
+    try:
+        files = experiment_files()
+        groups = experiment_groups(files)
+    except ConfigError as e:  # the run refuses it in one line; the help only mentions it
+        return f"(they cannot be listed: {e})"
+    if not files:
+        return f"none found in {experiments_dir()} (set SIMLAB_EXPERIMENTS)"
+    return f"experiments: {', '.join(groups)}; configs: {', '.join(files)}"
 
 
 def cli_main(args) -> int:

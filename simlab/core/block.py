@@ -22,9 +22,12 @@ and before q_scale, k_scale and the shifts. g_A multiplies the attention sub-lay
 before the token-wise part sees it (so it acts on every kind, a plugin's too); g_M is read by
 the kinds that declare `mlp_gain` (all built-in ones). `Layer.attn` and `Layer.mlp` are the
 branches' own outputs, before their gains. The kinds are one registry, BLOCKS (a BlockKind each:
-what the projections see and the token-wise rest of the layer), read live; a new block variant
-is one `register_block` call, in simlab or in a plugin (docs/extending.md), with the helpers
-ln1, ln2, rms1, rms2, identity, mlp and gated_mlp.
+what the projections see and the token-wise rest of the layer), read live. The built-in kinds
+are data: each is a preset of simlab.core.structure (where the norms sit, LayerNorm or RMSNorm,
+plain or gated MLP, parallel branches), computed by simlab.core.wiring, and a BlockSpec may
+override the preset's fields (a new block variant with no code: docs/extending.md); a kind the
+data cannot say is one `register_block` call, in simlab or in a plugin, with the helpers ln1,
+ln2, rms1, rms2, identity, mlp and gated_mlp (simlab.core.wiring, re-exported here).
 
 Two ways to compute the attention sub-layer, with one contract (`Layer`):
   plain  (tiling None): the full weights w (B, H, T, S), then A V (simlab.core.attention): the
@@ -50,7 +53,17 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from simlab.core import attention, patterns, tiled
+from simlab.core import attention, patterns, tiled, wiring
+from simlab.core.structure import PRESETS, Structure
+from simlab.core.wiring import (  # noqa: F401  (the helpers' import path before the split)
+    gated_mlp,
+    identity,
+    ln1,
+    ln2,
+    mlp,
+    rms1,
+    rms2,
+)
 from simlab.registry import BUILTIN, Registry, require
 
 if TYPE_CHECKING:  # annotations only: spec validates names against the registries
@@ -98,42 +111,6 @@ class Layer(NamedTuple):
     full: Full | None
     mlp: jax.Array | None = None
     sink: jax.Array | None = None
-
-
-def _act(spec: BlockSpec):
-    return {
-        "gelu": jax.nn.gelu,
-        "gelu_exact": lambda g: jax.nn.gelu(g, approximate=False),
-        "relu": jax.nn.relu,
-        "linear": lambda g: g,
-        "silu": jax.nn.silu,
-    }[spec.activation]
-
-
-def mlp(spec: BlockSpec, p, h_BTD):
-    """MLP(h) = act(h W_1 + b_1) W_2 + b_2, act = GELU (tanh form; "gelu_exact": the exact
-    z Phi(z), Hendrycks & Gimpel 2016), ReLU or the identity
-    (activation "linear": MLP(h) = h W_1 W_2 + b_1 W_2 + b_2, an ablation of the nonlinearity).
-    With spec.mlp_center (an ablation) each token's hidden activation g_t (F units) is centred
-    over its units first, g_t - mean_f(g_tf) 1: this removes exactly the term
-    mean_f(g_tf) 1^T W_2, which is nearly the same vector for every token when the activation
-    has a nonzero mean (GELU's E[GELU(z)] = s^2 / sqrt(2 pi (1 + s^2)) for the exact GELU and
-    z ~ N(0, s^2); s^2 = 768 * 0.02^2 at BERT-base init gives 0.107), so it isolates that
-    shared output (docs/gallery.md, "6. Width")."""
-    g_BTF = _act(spec)(h_BTD @ p["w1"] + p["b1"])
-    if spec.mlp_center:
-        g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
-    return g_BTF @ p["w2"] + p["b2"]
-
-
-def gated_mlp(spec: BlockSpec, p, h_BTD):
-    """GLU(h) = (act(h W_1 + b_1) * (h W_3)) W_2 + b_2, elementwise product over the F hidden
-    units (Shazeer 2020; act = SiLU: SwiGLU, Llama's down(silu(gate h) * up h)); W_3: (D, F).
-    spec.mlp_center centres the gated hidden activation over its units, as in `mlp`."""
-    g_BTF = _act(spec)(h_BTD @ p["w1"] + p["b1"]) * (h_BTD @ p["w3"])
-    if spec.mlp_center:
-        g_BTF = g_BTF - jnp.mean(g_BTF, axis=-1, keepdims=True)
-    return g_BTF @ p["w2"] + p["b2"]
 
 
 def attn_input(spec: BlockSpec, p, x_BTD):
@@ -229,89 +206,6 @@ def token_wise(spec: BlockSpec, p, x_BTD, attn_BTD, knobs):
 
 
 # ------------------------------------------------------------------------------ the kinds
-def ln1(spec: BlockSpec, p, x_BTD):
-    """LN1(x) with the layer's ln1 gain and bias."""
-    return attention.layer_norm(x_BTD, p["ln1_g"], p["ln1_b"], spec.ln_eps)
-
-
-def ln2(spec: BlockSpec, p, h_BTD):
-    """LN2(h) with the layer's ln2 gain and bias."""
-    return attention.layer_norm(h_BTD, p["ln2_g"], p["ln2_b"], spec.ln_eps)
-
-
-def rms1(spec: BlockSpec, p, x_BTD):
-    """RMS1(x) = x / sqrt(mean_d x_d^2 + eps) * g with the layer's ln1 gain (no bias, no mean
-    removal; Zhang & Sennrich 2019; eps = spec.ln_eps, HF's rms_norm_eps)."""
-    return attention.rms_norm(x_BTD, spec.ln_eps) * p["ln1_g"]
-
-
-def rms2(spec: BlockSpec, p, h_BTD):
-    """RMS2(h) with the layer's ln2 gain."""
-    return attention.rms_norm(h_BTD, spec.ln_eps) * p["ln2_g"]
-
-
-def identity(spec: BlockSpec, p, x_BTD):
-    """x itself: the projections see the layer input (no norm before them)."""
-    return x_BTD
-
-
-# Each built-in kind as (y, MLP branch output) (`BlockKind.token_wise_mlp`); its token_wise is
-# the first element (XLA drops the unused second).
-def _attention_branches(spec, p, x_BTD, attn_BTD, knobs):
-    h = knobs["attn_residual"] * x_BTD + attn_BTD
-    if not spec.mlp:
-        return h, None
-    f = mlp(spec, p, h)
-    return knobs["mlp_residual"] * h + knobs["mlp_gain"] * f, f
-
-
-def _post_ln_branches(spec, p, x_BTD, attn_BTD, knobs):
-    h = ln1(spec, p, knobs["attn_residual"] * x_BTD + attn_BTD)
-    if not spec.mlp:
-        return h, None
-    f = mlp(spec, p, h)
-    return ln2(spec, p, knobs["mlp_residual"] * h + knobs["mlp_gain"] * f), f
-
-
-def _pre_ln_branches(spec, p, x_BTD, attn_BTD, knobs):
-    h = knobs["attn_residual"] * x_BTD + attn_BTD
-    if not spec.mlp:
-        return h, None
-    f = mlp(spec, p, ln2(spec, p, h))
-    return knobs["mlp_residual"] * h + knobs["mlp_gain"] * f, f
-
-
-def _parallel_branches(spec, p, x_BTD, attn_BTD, knobs):
-    h = knobs["attn_residual"] * x_BTD + attn_BTD
-    if not spec.mlp:
-        return h, None
-    f = mlp(spec, p, ln1(spec, p, x_BTD))
-    return h + knobs["mlp_gain"] * f, f
-
-
-def _parallel2_branches(spec, p, x_BTD, attn_BTD, knobs):
-    h = knobs["attn_residual"] * x_BTD + attn_BTD
-    if not spec.mlp:
-        return h, None
-    f = mlp(spec, p, ln2(spec, p, x_BTD))
-    return h + knobs["mlp_gain"] * f, f
-
-
-def _llama_branches(spec, p, x_BTD, attn_BTD, knobs):
-    h = knobs["attn_residual"] * x_BTD + attn_BTD
-    if not spec.mlp:
-        return h, None
-    f = gated_mlp(spec, p, rms2(spec, p, h))
-    return knobs["mlp_residual"] * h + knobs["mlp_gain"] * f, f
-
-
-def _first(branches: Callable) -> Callable:
-    def token_wise(spec, p, x_BTD, attn_BTD, knobs):
-        return branches(spec, p, x_BTD, attn_BTD, knobs)[0]
-
-    return token_wise
-
-
 @dataclasses.dataclass(frozen=True)
 class BlockKind:
     """One block wiring. attn_input(spec, p, x): what the projections see;
@@ -327,7 +221,11 @@ class BlockKind:
     gated: the MLP is `gated_mlp` (simlab.core.init draws the third matrix w3; the closed forms
     and covariates of a plain act(h W_1) W_2 MLP refuse or skip it).
     typical: BlockSpec fields of this kind's usual block (e.g. Llama's SiLU gate, grouped-query
-    attention and rotary embeddings), which simlab.testing's conformance cases set."""
+    attention and rotary embeddings), which simlab.testing's conformance cases set.
+    structure (optional): the kind as data (simlab.core.structure.Structure); a kind with one
+    is built by `structured` (its functions read the data, so a BlockSpec may override it:
+    `attn_norm`, `mlp_norm`, `norm`, ...), a kind without one (a plugin's hand-written wiring)
+    refuses those overrides."""
 
     name: str
     attn_input: Callable
@@ -340,6 +238,7 @@ class BlockKind:
     token_wise_mlp: Callable | None = None
     gated: bool = False
     typical: Mapping = dataclasses.field(default_factory=dict, hash=False)
+    structure: Structure | None = None
 
 
 def _check_kind(k: BlockKind) -> None:
@@ -369,6 +268,10 @@ def _check_kind(k: BlockKind) -> None:
             ),
             "gated": (isinstance(k.gated, bool), "must be a bool"),
             "typical": (isinstance(k.typical, Mapping), "must be a mapping of BlockSpec fields"),
+            "structure": (
+                k.structure is None or isinstance(k.structure, Structure),
+                "must be None or a simlab.core.structure.Structure",
+            ),
         },
     )
 
@@ -382,69 +285,44 @@ def register_block(kind: BlockKind) -> BlockKind:
     return BLOCKS.register(kind)
 
 
+def structured(name: str, structure: Structure, formula: str = "", **fields) -> BlockKind:
+    """A block kind declared as data: its functions are simlab.core.wiring's, which read the
+    spec's structure (the kind's, with the spec's overrides), and its flags follow from it."""
+    structure.check(f"block kind {name!r}")
+    return BlockKind(
+        name,
+        attn_input=wiring.attn_input,
+        token_wise=wiring.token_wise,
+        norm_before_projections=structure.norm_before_projections,
+        norm_after_attention=structure.norm_after_attention,
+        formula=formula or structure.formula(),
+        mlp_residual=structure.mlp_reads == "h",
+        mlp_gain=True,
+        token_wise_mlp=wiring.branches,
+        gated=structure.mlp == "gated",
+        structure=structure,
+        **fields,
+    )
+
+
 for _kind in (
-    BlockKind(
-        "attention",
-        attn_input=identity,
-        token_wise=_first(_attention_branches),
-        norm_before_projections=False,
-        norm_after_attention=False,
-        formula="h = a x + Attn(x); y = m h + MLP(h)",
-        mlp_gain=True,
-        token_wise_mlp=_attention_branches,
-    ),
-    BlockKind(
+    structured("attention", PRESETS["attention"], "h = a x + Attn(x); y = m h + MLP(h)"),
+    structured(
         "post_ln",
-        attn_input=identity,
-        token_wise=_first(_post_ln_branches),
-        norm_before_projections=False,
-        norm_after_attention=True,
-        formula="h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
-        mlp_gain=True,
-        token_wise_mlp=_post_ln_branches,
+        PRESETS["post_ln"],
+        "h = LN1(a x + Attn(x)); y = LN2(m h + MLP(h))  (BERT)",
     ),
-    BlockKind(
-        "pre_ln",
-        attn_input=ln1,
-        token_wise=_first(_pre_ln_branches),
-        norm_before_projections=True,
-        norm_after_attention=False,
-        formula="h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))",
-        mlp_gain=True,
-        token_wise_mlp=_pre_ln_branches,
-    ),
-    BlockKind(
-        "parallel",
-        attn_input=ln1,
-        token_wise=_first(_parallel_branches),
-        norm_before_projections=True,
-        norm_after_attention=False,
-        formula="y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)",
-        mlp_residual=False,
-        mlp_gain=True,
-        token_wise_mlp=_parallel_branches,
-    ),
-    BlockKind(
+    structured("pre_ln", PRESETS["pre_ln"], "h = a x + Attn(LN1(x)); y = m h + MLP(LN2(h))"),
+    structured("parallel", PRESETS["parallel"], "y = a x + Attn(LN1(x)) + MLP(LN1(x))  (GPT-J)"),
+    structured(
         "parallel2",
-        ln1,
-        _first(_parallel2_branches),
-        True,
-        False,
+        PRESETS["parallel2"],
         "y = a x + Attn(LN1(x)) + MLP(LN2(x))  (GPT-NeoX, Pythia)",
-        mlp_residual=False,
-        mlp_gain=True,
-        token_wise_mlp=_parallel2_branches,
     ),
-    BlockKind(
+    structured(
         "llama",
-        attn_input=rms1,
-        token_wise=_first(_llama_branches),
-        norm_before_projections=True,
-        norm_after_attention=False,
-        formula="h = a x + Attn(RMS1(x)); y = m h + GLU(RMS2(h))  (Llama, Mistral, Qwen2)",
-        mlp_gain=True,
-        token_wise_mlp=_llama_branches,
-        gated=True,
+        PRESETS["llama"],
+        "h = a x + Attn(RMS1(x)); y = m h + GLU(RMS2(h))  (Llama, Mistral, Qwen2)",
         typical=dict(activation="silu", n_kv_heads=2, rotary_pct=1.0, ln_eps=1e-6),
     ),
 ):
@@ -483,7 +361,7 @@ def layer_apply(
     def tokens(x, a):  # the attention branch's gain g_A, then the rest of the layer
         return rest(spec, p, x, knobs["attn_gain"] * a, knobs)
 
-    if tiling is None or not (spec.mlp or kind.norm_after_attention):
+    if tiling is None or not (spec.mlp or spec.norm_after_attention):
         out = tokens(x_BTD, at.out)  # a x + attn: one elementwise pass
     else:
         out = tiled.by_tokens(tiling, lambda xa: tokens(*xa), (x_BTD, at.out))

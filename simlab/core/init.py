@@ -4,7 +4,15 @@ Layout of one layer (head-split einsum weights; D = d_model, H = heads, K = d_he
   wq, wk, wv: (D, H, K)   bq, bk, bv: (H, K)    wo: (H, K, D)   bo: (D,)
   ln1_g, ln1_b, ln2_g, ln2_b: (D,)              w1: (D, F) b1: (F,)   w2: (F, D) b2: (D,)
   w3: (D, F), only for a kind with a gated MLP (simlab.core.block.gated_mlp: HF's up_proj)
+  ln1_<place>_g, ln1_<place>_b, ...: (D,), a branch's second norm (simlab.core.structure: e.g.
+            Peri-LN's ln1_out), only where the structure declares one
 A stack stores every leaf with a leading layer axis L; layers are independent draws.
+The structure data of the spec (simlab.core.spec.BlockSpec): `w_o` false: no W_O is drawn, wo is
+the identity (H, K, D) reshaped from I_D and bo 0, so every attention path computes the heads'
+outputs concatenated, exactly (products by 1 and sums of 0); `head_dim`: K itself;
+`init_var`: the variance of the named matrices (replacing sigma^2 of the scheme); `bias_var`:
+the named biases drawn N(0, v), after every weight matrix in the same single draw, so that no
+other spec's draws move.
 Grouped-query attention (`BlockSpec.n_kv_heads` = G < H): wk and wv are drawn for the G
 key/value heads, (D, G, K), and each is repeated for its H / G consecutive query heads
 (jnp.repeat on the head axis: HF's repeat_kv), so every attention path sees (D, H, K); the
@@ -41,8 +49,21 @@ _MATRICES = ("wq", "wk", "wv", "wo", "w1", "w2")
 
 
 def _fans(spec: BlockSpec, name: str) -> tuple[int, int]:
-    d, f, g = spec.d_model, spec.mlp_width, spec.kv_heads * spec.d_head
-    return {"w1": (d, f), "w2": (f, d), "w3": (d, f), "wk": (d, g), "wv": (d, g)}.get(name, (d, d))
+    d, f, g, hk = (
+        spec.d_model,
+        spec.mlp_width,
+        spec.kv_heads * spec.d_head,
+        spec.n_heads * spec.d_head,
+    )
+    return {
+        "wq": (d, hk),
+        "wo": (hk, d),
+        "w1": (d, f),
+        "w2": (f, d),
+        "w3": (d, f),
+        "wk": (d, g),
+        "wv": (d, g),
+    }[name]
 
 
 def _shape(spec: BlockSpec, name: str) -> tuple[int, ...]:
@@ -55,6 +76,12 @@ def _shape(spec: BlockSpec, name: str) -> tuple[int, ...]:
         "w1": (d, f),
         "w2": (f, d),
         "w3": (d, f),
+        "bq": (h, k),
+        "bk": (g, k),
+        "bv": (g, k),
+        "bo": (d,),
+        "b1": (f,),
+        "b2": (d,),
     }[name]
 
 
@@ -95,11 +122,27 @@ def draws(key, shapes: Mapping[str, tuple], dtype=None, dist: str = "normal") ->
 
 
 def param_shapes(spec: BlockSpec) -> dict[str, tuple[int, ...]]:
-    """The random weight matrices of a depth-L stack: name -> (L, ...) shape (wk and wv for the
-    key/value heads; w3 only for a gated MLP, after the others, so that no other spec's draws
-    move)."""
+    """The random weights of a depth-L stack: name -> (L, ...) shape (wk and wv for the
+    key/value heads; w3 only for a gated MLP, after the others, and the biases with a variance
+    (bias_var) after every matrix, so that no other spec's draws move; no wo without W_O)."""
     names = (_MATRICES + (("w3",) if spec.gated_mlp else ())) if spec.mlp else _MATRICES[:4]
+    names = tuple(n for n in names if spec.w_o or n != "wo")
+    mlp_biases = ("b1", "b2") if spec.mlp else ()
+    names += tuple(n for n in ("bq", "bk", "bv", "bo") + mlp_biases if spec.bias_variance(n) > 0)
     return {n: (spec.depth,) + _shape(spec, n) for n in names}
+
+
+def _scale(spec: BlockSpec, name: str) -> float:
+    """The standard deviation of matrix `name`'s N(0, 1) draw under the spec's scheme, with
+    init_var's variance where it names the matrix."""
+    v = spec.init_variance(name)
+    if v is None:
+        return {
+            "bert": 0.02,
+            "normal": spec.init_sigma,
+            "fan_in": spec.init_sigma / math.sqrt(_fans(spec, name)[0]),
+        }[spec.init]
+    return math.sqrt(v / _fans(spec, name)[0]) if spec.init == "fan_in" else math.sqrt(v)
 
 
 def init_params(spec: BlockSpec, key=None, dtype=None, noise=None) -> dict[str, jax.Array]:
@@ -111,33 +154,33 @@ def init_params(spec: BlockSpec, key=None, dtype=None, noise=None) -> dict[str, 
     shapes = param_shapes(spec)
     if noise is None:
         noise = draws(key, shapes, dtype, "uniform" if spec.init == "glorot" else "normal")
+    matrices = [n for n in shapes if n[0] == "w"]
     if spec.init == "glorot":
         p = {
             n: ((2.0 * noise[n] - 1.0) * math.sqrt(6.0 / sum(_fans(spec, n)))).astype(dtype)
-            for n in shapes
+            for n in matrices
         }
     else:
-        p = {
-            n: (
-                noise[n]
-                * {
-                    "bert": 0.02,
-                    "normal": spec.init_sigma,
-                    "fan_in": spec.init_sigma / math.sqrt(_fans(spec, n)[0]),
-                }[spec.init]
-            ).astype(dtype)
-            for n in shapes
-        }
+        p = {n: (noise[n] * _scale(spec, n)).astype(dtype) for n in matrices}
+    biases = {n: noise[n] * math.sqrt(spec.bias_variance(n)) for n in shapes if n[0] == "b"}
+    if not spec.w_o:  # no output projection: the heads' outputs concatenated (W_O = I)
+        p["wo"] = jnp.broadcast_to(jnp.eye(d, dtype=dtype).reshape(h, k, d), (L, h, k, d))
     if spec.kv_heads != h:  # grouped-query attention: each key/value head serves its group
-        for n in ("wk", "wv"):
-            p[n] = jnp.repeat(p[n], h // spec.kv_heads, axis=2)
+        for n in ("wk", "wv", "bk", "bv"):
+            if n in p or n in biases:
+                src = p if n in p else biases
+                src[n] = jnp.repeat(src[n], h // spec.kv_heads, axis=-2 if n[0] == "b" else 2)
     for n in ("bq", "bk", "bv"):
-        p[n] = jnp.zeros((L, h, k), dtype)
+        p[n] = biases[n].astype(dtype) if n in biases else jnp.zeros((L, h, k), dtype)
     zeros, ones = jnp.zeros((L, d), dtype), jnp.ones((L, d), dtype)
     p.update(bo=zeros, ln1_g=ones, ln1_b=zeros, ln2_g=ones, ln2_b=zeros)
+    structure = spec.structure
+    for leaf in () if structure is None else structure.extra_leaves():
+        p.update({f"{leaf}_g": ones, f"{leaf}_b": zeros})
     if spec.mlp:
         p["b1"] = jnp.zeros((L, spec.mlp_width), dtype)
         p["b2"] = zeros
+    p.update({n: b.astype(dtype) for n, b in biases.items() if n in ("bo", "b1", "b2")})
     if spec.qk_weights == "tied":  # W_K = W_Q (the draws of W_K are left unused)
         p["wk"] = p["wq"]
     elif spec.qk_weights == "identity":  # one head, d_head = d_model: q = k = v = x, W_O = I

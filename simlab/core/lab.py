@@ -144,9 +144,7 @@ class Lab:
         self.metric_names = names
         self._shapes = {n: dim_sizes(n, block, inputs) for n in names}
         # unit-normalised tokens are not linear in the knobs: nothing to hoist
-        self.hoist = (
-            hoist and not BLOCKS[block.kind].norm_before_projections and not inputs.normalize
-        )
+        self.hoist = hoist and not block.norm_before_projections and not inputs.normalize
         self.tiled = tiled and not needs_full_weights(names)
         self.factor = (
             factor

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from simlab.core import rotary
+from simlab.core import structure as structure_data
 from simlab.core.block import BLOCKS
 from simlab.core.inputs import INPUTS
 from simlab.core.patterns import PATTERNS
@@ -25,6 +26,23 @@ from simlab.validate import check_choice, check_fields, check_int, check_positiv
 # erf GELU ("gelu_exact": HF's "gelu", which BERT, RoBERTa and Pythia checkpoints name), ReLU,
 # the identity (an ablation: a linear MLP), and SiLU z sigmoid(z) (Llama's gate, HF's "silu")
 ACTIVATIONS = ("gelu", "gelu_exact", "relu", "linear", "silu")
+# the weight matrices and biases whose init variance a spec may set (init_var, bias_var)
+MATRICES = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+BIASES = ("bq", "bk", "bv", "bo", "b1", "b2")
+
+
+def _pairs(value):
+    """A TOML table {name: number} (or its JSON form, a list of [name, number] pairs) as a
+    sorted tuple of pairs (hashable); None or an empty table: None. Anything else is left for
+    `validate` to refuse."""
+    if value is None:
+        return None
+    try:
+        items = value.items() if isinstance(value, Mapping) else [tuple(v) for v in value]
+        out = tuple(sorted((k, v) for k, v in items))
+    except (TypeError, ValueError):
+        return value
+    return out or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +61,20 @@ class BlockSpec:
     rotary_base is HF's rope_theta (Llama: rotary_pct = 1, every dim of a head).
     n_kv_heads: grouped-query attention (Ainslie et al. 2023): n_kv_heads key/value heads, each
     shared by n_heads / n_kv_heads consecutive query heads (HF's repeat_kv); None: n_heads.
+
+    The block's structure as data (docs/design.md, "Blocks as data"), each None or at its
+    default for the kind's own preset (simlab.core.structure.PRESETS):
+    attn_norm, mlp_norm: where each branch's norms sit, "none" or places joined by "+" from
+    pre (the branch's input), out (its output, before the residual) and post (the residual sum):
+    "pre+out" is Peri-LN; norm: "layernorm" or "rmsnorm"; norm_gain, norm_bias: whether the
+    norms have a gain and a bias; mlp_kind: "plain" or "gated" (a third matrix w3).
+    w_o: the attention has an output projection W_O (false: the heads' outputs concatenated,
+    n_heads * d_head = d_model; simlab.core.init sets W_O = I and b_O = 0, exact).
+    head_dim: each head's width d_head (None: d_model / n_heads).
+    init_var: {matrix: variance} for any of wq, wk, wv, wo, w1, w2, w3, replacing the scheme's
+    sigma^2 for that matrix ("fan_in": N(0, v / fan_in); "normal", "bert": N(0, v)).
+    bias_var: {bias: variance} for any of bq, bk, bv, bo, b1, b2: that bias drawn N(0, v) at init
+    (else 0), drawn after every other weight so that no other spec's draws move.
     """
 
     kind: str = "post_ln"
@@ -64,17 +96,68 @@ class BlockSpec:
     pattern: str = "softmax"  # a key of simlab.core.patterns.PATTERNS
     rotary_pct: float = 0.0  # rotary embeddings on int(d_head * rotary_pct) dims; 0: none
     rotary_base: float = 10000.0  # theta_i = base^(-2 i / n) (simlab.core.rotary)
+    # the structure as data (None / at the default: the kind's preset; docstring)
+    attn_norm: str | None = None
+    mlp_norm: str | None = None
+    norm: str | None = None
+    norm_gain: bool | None = None
+    norm_bias: bool | None = None
+    mlp_kind: str | None = None
+    w_o: bool = True
+    head_dim: int | None = None
+    init_var: tuple | None = None
+    bias_var: tuple | None = None
+
+    def __post_init__(self):
+        for f in ("init_var", "bias_var"):
+            object.__setattr__(self, f, _pairs(getattr(self, f)))
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def structure(self) -> structure_data.Structure | None:
+        """The kind's structure (simlab.core.structure) with this spec's overrides; None for a
+        kind with a hand-written wiring (a plugin's)."""
+        preset = BLOCKS[self.kind].structure
+        if preset is None:
+            return None
+        return structure_data.resolve(
+            preset, {f: getattr(self, f) for f in structure_data.OVERRIDES}
+        )
+
+    @property
+    def norm_before_projections(self) -> bool:
+        """The projections see a norm of x (layer 0 is not hoisted by linearity)."""
+        s = self.structure
+        return BLOCKS[self.kind].norm_before_projections if s is None else s.norm_before_projections
+
+    @property
+    def norm_after_attention(self) -> bool:
+        """The token-wise rest holds a norm even without the MLP."""
+        s = self.structure
+        return BLOCKS[self.kind].norm_after_attention if s is None else s.norm_after_attention
+
+    def init_variance(self, name: str) -> float | None:
+        """init_var's variance for matrix `name` (None: the scheme's own)."""
+        return dict(self.init_var or ()).get(name)
+
+    def bias_variance(self, name: str) -> float:
+        """bias_var's variance for bias `name` (0: the bias starts at 0)."""
+        return float(dict(self.bias_var or ()).get(name, 0.0))
 
     def validate(self, where: str = "block") -> BlockSpec:
         check_choice(f"{where}.kind", self.kind, tuple(BLOCKS))
         check_int(f"{where}.d_model", self.d_model, 1, 1 << 16)
         check_int(f"{where}.n_heads", self.n_heads, 1, self.d_model)
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"{where}.n_heads: {self.n_heads} must divide d_model={self.d_model}")
+        if self.head_dim is not None:
+            check_int(f"{where}.head_dim", self.head_dim, 1, 1 << 16)
+        elif self.d_model % self.n_heads:
+            raise ConfigError(
+                f"{where}.n_heads: {self.n_heads} must divide d_model={self.d_model} (or set "
+                "head_dim)"
+            )
         if self.n_kv_heads is not None:
             check_int(f"{where}.n_kv_heads", self.n_kv_heads, 1, self.n_heads)
             if self.n_heads % self.n_kv_heads:
@@ -105,10 +188,10 @@ class BlockSpec:
                 f"{where}.n_kv_heads: qk_weights = 'tied' (W_K = W_Q) needs n_kv_heads = n_heads, "
                 f"got {self.n_kv_heads}"
             )
-        if self.qk_weights == "identity" and self.n_heads != 1:
+        if self.qk_weights == "identity" and (self.n_heads != 1 or self.d_head != self.d_model):
             raise ConfigError(
                 f"{where}.n_heads: qk_weights = 'identity' needs one head (d_head = d_model), "
-                f"got {self.n_heads}"
+                f"got {self.n_heads} of width {self.d_head}"
             )
         check_positive(f"{where}.init_sigma", self.init_sigma)
         check_positive(f"{where}.ln_eps", self.ln_eps)
@@ -123,7 +206,61 @@ class BlockSpec:
                 "rotated dims must be even"
             )
         check_positive(f"{where}.rotary_base", self.rotary_base)
+        self._validate_structure(where)
         return self
+
+    def _validate_structure(self, where: str) -> None:
+        """The structure fields (class docstring): names, ranges, and what fits together."""
+        given = [f for f in structure_data.OVERRIDES if getattr(self, f) is not None]
+        if given and BLOCKS[self.kind].structure is None:
+            raise ConfigError(
+                f"{where}.{given[0]}: block.kind {self.kind!r} has a hand-written wiring, not "
+                "a structure to override; use a built-in kind"
+            )
+        for f in ("norm_gain", "norm_bias"):
+            v = getattr(self, f)
+            if v is not None and not isinstance(v, bool):
+                raise ConfigError(f"{where}.{f}: must be true or false, got {v!r}")
+        if self.norm is not None:
+            check_choice(f"{where}.norm", self.norm, structure_data.NORMS)
+        if self.mlp_kind is not None:
+            check_choice(f"{where}.mlp_kind", self.mlp_kind, structure_data.MLP_KINDS)
+        for f in ("attn_norm", "mlp_norm"):
+            if getattr(self, f) is not None:
+                structure_data.parse_places(f"{where}.{f}", getattr(self, f))
+        if given:
+            self.structure  # noqa: B018  (resolving checks the combination, naming the field)
+        if not isinstance(self.w_o, bool):
+            raise ConfigError(f"{where}.w_o: must be true or false, got {self.w_o!r}")
+        if not self.w_o and self.n_heads * self.d_head != self.d_model:
+            raise ConfigError(
+                f"{where}.w_o: without an output projection the heads' outputs are concatenated: "
+                f"n_heads * d_head = {self.n_heads * self.d_head} must equal d_model = "
+                f"{self.d_model}"
+            )
+        for f, names in (("init_var", MATRICES), ("bias_var", BIASES)):
+            v = getattr(self, f)
+            if v is None:
+                continue
+            if not (isinstance(v, tuple) and all(isinstance(e, tuple) for e in v)):
+                raise ConfigError(f"{where}.{f}: must be a table of name = variance, got {v!r}")
+            for name, var in v:
+                check_choice(f"{where}.{f}", name, names)
+                check_positive(f"{where}.{f}.{name}", var, strict=False)
+        for f in ("init_var", "bias_var"):
+            if getattr(self, f) is not None and self.init == "glorot":
+                raise ConfigError(
+                    f"{where}.{f}: init = 'glorot' draws uniforms, not variances; use 'fan_in', "
+                    "'normal' or 'bert'"
+                )
+        if not self.w_o and ("wo" in dict(self.init_var or ()) or self.bias_variance("bo")):
+            raise ConfigError(f"{where}.w_o: false, so init_var.wo and bias_var.bo do not exist")
+        if "w3" in dict(self.init_var or ()) and not (self.mlp and self.gated_mlp):
+            raise ConfigError(f"{where}.init_var.w3: only a gated MLP has w3")
+        if self.qk_weights != "random" and (self.init_var or self.bias_var):
+            raise ConfigError(
+                f"{where}.qk_weights: {self.qk_weights!r} with init_var or bias_var; use 'random'"
+            )
 
     @property
     def mlp_width(self) -> int:
@@ -138,8 +275,10 @@ class BlockSpec:
 
     @property
     def gated_mlp(self) -> bool:
-        """The kind's MLP is gated (a third matrix w3; simlab.core.block.gated_mlp)."""
-        return BLOCKS[self.kind].gated
+        """The MLP is gated (a third matrix w3; simlab.core.wiring.gated_mlp): the structure's
+        mlp kind, or the hand-written kind's `gated`."""
+        s = self.structure
+        return BLOCKS[self.kind].gated if s is None else s.mlp == "gated"
 
     @property
     def rotary_dims(self) -> int:

@@ -184,9 +184,10 @@ def jaxpr_bytes(f: Callable, *args) -> int:
 
 class ChunkRunner:
     """compute_chunk(seed, start, stop) for a Writer: compiles both programs on the first chunk
-    (none when nothing is missing), keeps the current seed's state on every device, runs each
-    device's contiguous part of the chunk with the same program (the module docstring), and
-    times both. layout: the sweep's simlab.engine.store.Layout."""
+    (none when nothing is missing) or earlier when told (compile()), keeps the current seed's
+    state on every device, runs each device's contiguous part of the chunk with the same
+    program (the module docstring), and times both. layout: the sweep's
+    simlab.engine.store.Layout."""
 
     def __init__(self, cfg: SweepConfig, lab, names, devices: list, layout):
         self.cfg, self.lab, self.names, self.devices, self.layout = cfg, lab, names, devices, layout
@@ -199,7 +200,9 @@ class ChunkRunner:
         self.states, self.state_seed = {}, None
         self.compile_s = self.compute_s = 0.0
 
-    def _compile(self) -> None:
+    def compile(self) -> str | None:
+        """Compile both programs now (plain.compute does it before the progress bar, so the
+        bar's rate is the computing's alone); the compilation cache's folder, or None."""
         tc = time.perf_counter()
         cache = compile_cache.enable()
         self.compiled_state, self.compiled = compile_sweep(
@@ -217,10 +220,11 @@ class ChunkRunner:
         # resident under the first chunk's peak unless handed back now (docs/performance.md, W4)
         release_host_memory()
         log.info("sweep: compiled in %.2f s (cache: %s)", self.compile_s, cache or "off")
+        return cache
 
     def __call__(self, s: int, a: int, b: int) -> dict[str, np.ndarray]:
         if self.compiled is None:
-            self._compile()
+            self.compile()
         tc = time.perf_counter()
         mb, n_points = self.cfg.sweep.micro_batch, self.layout.n_points
         if self.state_seed != s:

@@ -23,7 +23,8 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,9 @@ FINGERPRINT_RULES: dict[int, dict[str, dict[str, Any]]] = {
         },
         "defaults": {"sweep": {"dtype": "float32"}},
     },
+    # rule 2: only the fields and knobs away from their defaults (a field added later, at its
+    # default, never changes a rule-2 fingerprint)
+    2: {"hashed_at_default": {}, "defaults": {"sweep": {"dtype": "float32"}}},
 }  # fmt: skip
 # The rule new records are made under (the newest).
 FINGERPRINT_RULE = max(FINGERPRINT_RULES)
@@ -345,13 +349,17 @@ def to_toml(config: Mapping[str, Any]) -> str:
 
 
 def load_config(
-    config: str | os.PathLike | Mapping[str, Any] | SweepConfig, read_weights: bool = True
+    config: str | os.PathLike | Mapping[str, Any] | SweepConfig,
+    read_weights: bool = True,
+    report: Callable[[str, float, str], None] | None = None,
 ) -> SweepConfig:
     """Validate a config given as a TOML path, a dict of tables, or a SweepConfig. A
     [checkpoint] table is resolved here, the checkpoint's files read once
     (simlab.checkpoints.source.resolve); read_weights=False, for a stored (resolved) config
     whose block is recorded in full, reads nothing (SweepConfig.weights stays None and
-    plain.build_lab reads them if that config is ever run)."""
+    plain.build_lab reads them if that config is ever run). report(phase, seconds, detail):
+    told how long reading the weights ("weights") and the text inputs' corpus, hashed and
+    tokenised ("corpus"), took (simlab.engine.plain.setup_line)."""
     if isinstance(config, SweepConfig):
         return config
     if not isinstance(config, (str, os.PathLike, Mapping)):
@@ -370,13 +378,23 @@ def load_config(
     if raw.get("checkpoint") is not None:
         checkpoint = source.checkpoint_from_dict(_table(raw, "checkpoint"), "checkpoint")
     if checkpoint is not None and read_weights:
+        t = time.perf_counter()
         checkpoint, block, weights = source.resolve(checkpoint, _table(raw, "block"))
         block = _floats(block)
+        if report is not None:
+            report(
+                "weights", time.perf_counter() - t, f"{checkpoint.path}, layer {checkpoint.layer}"
+            )
     else:
         block = _floats(spec.spec_from_dict(spec.BlockSpec, _table(raw, "block"), "block"))
     inputs = _floats(spec.spec_from_dict(spec.InputSpec, _table(raw, "inputs"), "inputs"))
     if read_weights:  # text windows: the corpus's and the tokenizer's content, hashed
+        t = time.perf_counter()
         inputs = source.resolve_text(inputs, weights)
+        if inputs.text_sha256 is not None and weights is not None:
+            weights.check(block, inputs)  # and tokenised now (once per process), not unseen later
+            if report is not None:
+                report("corpus", time.perf_counter() - t, str(inputs.corpus))
     fixed = _table(raw, "knobs")
     knobs = knob_registry.resolve_knobs(fixed)
     axes_raw = raw.get("axes", [])

@@ -58,7 +58,7 @@ from simlab.engine.parts import Pool, seed_range
 from simlab.engine.plain import Job, choose_layout, report_numerics
 from simlab.engine.records import PARTS
 from simlab.engine.schedule import wait_for_results
-from simlab.engine.store import check_out_dir
+from simlab.engine.store import check_out_dir, explain_diff
 from simlab.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,8 @@ def growth_refusal(out: Path, old: dict[str, Any], new: dict[str, Any], cfg: Swe
     """None when the target `new` (resolved config) grows the sweep `old` holds; else the
     ConfigError refusing it, naming the fields that differ (and why)."""
     diff = config_diff(old, new)
-    head = f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'})"
+    named = explain_diff(old, new, diff)
+    head = f"{out}: holds a different sweep (differs in: {', '.join(named) or 'config'})"
     tail = "use another --out directory or delete it"
     fixed = [d for d in diff if not d.startswith(GROWS)]
     if fixed:
@@ -432,6 +433,9 @@ def _assemble(job: Job, pool: Pool, values, refined) -> results.Results:
         covariate_dims=covariate_dims(cov, job.lab) if cov else None,
         numerics_report=report,
         rule=job.rule,
+        machines=records.part_machines(
+            [p.res.meta for p in pool.parts if p.res is not None], out_dir or "this sweep"
+        ),
         **extra,
     )
     if out_dir is None or not current:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simlab.engine import records, results
+from simlab.engine import claims, records, results
 from simlab.engine.config import to_toml
 from simlab.errors import ResultsError
 
@@ -116,6 +116,28 @@ def intervals(res: results.Results, level: float = 0.95) -> list[str]:
     return lines
 
 
+def running(out: Path) -> list[str]:
+    """The writers computing in `out` now ("host pid N"): those holding a live claim
+    (simlab.engine.claims; a writer between two chunks or still compiling holds none)."""
+    coord = claims.Coordinator(out)
+    live = {
+        (h, pid) for p, (*_, h, pid) in coord.claims().items() if not claims.is_stale(p, h, pid)
+    }
+    return [f"{h} pid {pid}" for h, pid in sorted(live)]
+
+
+def _what_next(out: Path, merge_does: str) -> str:
+    """`simlab merge` advice for a sweep no one computes; for a running one, that it runs."""
+    now = running(out)
+    if not now:
+        return f"`simlab merge {out}` {merge_does}"
+    return (
+        f"in progress: {len(now)} writer{'s' * (len(now) > 1)} computing now ({', '.join(now)}); "
+        "it merges when done (`simlab info` again to follow it; `simlab merge` is for a "
+        "sweep no one is computing)"
+    )
+
+
 def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
     """The text `simlab info` prints."""
     out = Path(out)
@@ -161,7 +183,7 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
             else:
                 done, total = _units(part, psj.get("config", {}))
                 lines.append(f"{head}, {done} of {total} work units")
-        lines.append(f"  `simlab merge {out}` computes the rest")
+        lines.append(f"  {_what_next(out, 'computes the rest')}")
         lines += history_lines(sj.get("history") or [])
     elif (out / "sweep.json").exists():
         sj = records.read_sweep(out / "sweep.json")
@@ -169,9 +191,9 @@ def describe(out: Path, with_config: bool = False, level: float = 0.95) -> str:
         done, total = _units(out, config)
         gone = [n for n in records.RESULT_FILES if not (out / n).exists()]
         if done == total:  # every chunk is there: only the merge is left
-            rest = f"nothing left to compute; `simlab merge {out}` rebuilds {' and '.join(gone)}"
+            rest = f"nothing left to compute; {_what_next(out, 'rebuilds ' + ' and '.join(gone))}"
         else:
-            rest = f"{total - done} missing; `simlab merge {out}` computes the rest"
+            rest = f"{total - done} missing; {_what_next(out, 'computes the rest')}"
         lines = [
             f"unfinished sweep ({out}): {done} of {total} work units (micro-batches x "
             f"seeds) in chunk files, {rest}"

@@ -352,6 +352,37 @@ def claim(job: Job) -> claims.Coordinator | None:
     return coord
 
 
+def setup_line(phase: str, seconds: float, detail: str = "") -> None:
+    """One line on stderr per setup phase of a sweep, before its progress bar: "setup: weights
+    0.41 s (path)"; the phases are weights and corpus (simlab.engine.config.load_config) and
+    compile (compute)."""
+    print(f"setup: {phase} {seconds:.2f} s" + (f" ({detail})" if detail else ""), file=sys.stderr)
+
+
+def eta_s(done: int, left: int, elapsed_s: float, excluded_s: float = 0.0) -> float | None:
+    """Seconds still needed for `left` points at the rate of the `done` points computed so far
+    in elapsed_s, less excluded_s of it that computed nothing (a compile): left (elapsed_s -
+    excluded_s) / done. None before the first point (no rate yet)."""
+    busy = elapsed_s - excluded_s
+    return left * busy / done if done > 0 and busy > 0 else None
+
+
+class SweepBar(tqdm):
+    """The sweep's progress bar: its rate, and so its ETA, is eta_s's, from the points computed
+    since the bar started (not the reused ones, its `initial`) over the time spent computing
+    them (excluded_s(): a compile while the bar ran, none when compute compiled first)."""
+
+    excluded_s: Callable[[], float] = staticmethod(lambda: 0.0)
+
+    @property
+    def format_dict(self):
+        d = super().format_dict
+        done = d["n"] - d["initial"]
+        eta = eta_s(done, 1, d["elapsed"], self.excluded_s())
+        d["rate"] = None if eta is None else 1.0 / eta  # points per second
+        return d
+
+
 def compute(job: Job, floor: int = 1) -> results.Results | None:
     """Compute the missing chunks (this writer's share) on the job's devices, then, unless a
     worker, wait for the rest, merge and save (after all validation has passed)."""
@@ -374,11 +405,16 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
             f"{total} points), computing the other {writer.missing}",
             file=sys.stderr,
         )
+    if writer.missing and not job.quiet:  # the last setup phase, timed before the bar starts
+        cache = runner.compile()
+        setup_line("compile", runner.compile_s, f"cache: {cache or 'off'}")
+    compiled = runner.compile_s
     try:
-        with tqdm(
-            total=total, unit="pt", disable=job.quiet, desc="sweep", dynamic_ncols=True
-        ) as bar:
-            bar.update(total - writer.missing)
+        with SweepBar(
+            total=total, initial=total - writer.missing, unit="pt", disable=job.quiet,
+            desc="sweep", dynamic_ncols=True,
+        ) as bar:  # fmt: skip
+            bar.excluded_s = lambda: runner.compile_s - compiled  # a compile inside the bar
             writer.run(runner, bar, hook)
     except (KeyboardInterrupt, StorageError) as e:
         if coord is not None:
@@ -426,6 +462,7 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
         covariate_dims=covariate_dims(cov, job.lab) if cov else None,
         numerics_report=report,
         rule=job.rule,
+        machines=records.unit_machines(store.chunks.values(), out or "this sweep"),
         layout=layout_meta,
     )
     if out is None:

@@ -1,19 +1,22 @@
 """The on-disk schema of a sweep directory: every record simlab writes there is built by one
-function here and read back by one, and every file is written atomically (docs/design.md,
-"Flow of one sweep"; docs/config.md, "Numerics and errors").
+function here or in the modules it keeps apart, and read back by one; every file is written
+atomically (simlab.engine.atomic; docs/design.md, "Flow of one sweep"; docs/config.md, "Numerics
+and errors").
 
   OUT/sweep.json       `sweep_record`: {"schema", "fingerprint_rule", "fingerprint", "config"};
                        a composite sweep (simlab.engine.grow) adds "parts" (names, in creation
                        order) and "history" (`history_entry`, one per target); read by
                        `read_sweep`
-  OUT/chunks/*.npz     a chunk's metric arrays plus RECORD (`chunk_record`: fingerprint,
-                       range, metric names, sha256), verified by `verify_chunk`
+  OUT/chunks/*.npz     a chunk's metric arrays plus its record (simlab.engine.chunkfile:
+                       fingerprint, range, metric names, sha256, machine facts)
   OUT/results.npz      one array per metric, one coordinate array per axis ("axis:<name>"),
                        one per covariate ("cov:<name>"): `write_results` / `read_results`
   OUT/meta.json        `meta_record`: the resolved config, fingerprint, axes, dims, versions,
-                       devices, layout, chunk and time accounting (the same keys for a plain
-                       and a composite sweep); read by `read_results`. A study's run (a
-                       training run) writes its own meta.json through `study_meta_record`
+                       devices, layout, chunk and time accounting, the machine facts of its
+                       units (simlab.engine.machine), the values' health
+                       (simlab.engine.bounds); the same keys for a plain and a composite sweep;
+                       read by `read_results`. A study's run (a training run) writes its own
+                       meta.json through `study_meta_record`
 A sweep directory holds a finished sweep when it holds results.npz and meta.json
 (`is_finished`, the one place that says so).
 
@@ -24,36 +27,57 @@ refused with a ResultsError naming the file. A record holding a fingerprint name
 fingerprint rule it was made under (RULE_KEY; absent: rule 1), one of
 simlab.engine.config.FINGERPRINT_RULES, and its fingerprint is checked under that rule
 (`check_fingerprint`); a rule this simlab does not know is refused like a newer schema, and a
-run into a directory hashes under the directory's rule (`directory_rule`). `check_written_by`
-warns when a result comes from another simlab version or its config has fields this version
-does not know; the config kinds it knows are CONFIG_KINDS ("sweep" here; a study registers its
-own, e.g. "train-dynamics").
+run into a directory hashes under the directory's rule (`directory_rule`).
+simlab.engine.provenance warns when a result comes from another simlab version or its config
+has fields this version does not know.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import hashlib
-import importlib.metadata
-import io
 import json
 import os
-import platform
-import tempfile
-import warnings
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simlab.core.spec import BlockSpec, InputSpec
 from simlab.engine import config as cfgmod
-from simlab.engine.claims import HOST
-from simlab.errors import ResultsError, StorageError
+from simlab.engine import machine
+from simlab.engine.atomic import atomic_save_npz, atomic_write_bytes, json_default, write_json
+from simlab.engine.bounds import BOUND_TOL, numerics, numerics_lines
+from simlab.engine.chunkfile import (
+    RECORD,
+    arrays_sha256,
+    chunk_record,
+    read_chunk,
+    unit_machines,
+    verify_chunk,
+    write_chunk,
+)
+from simlab.engine.provenance import (
+    CONFIG_KINDS,
+    check_written_by,
+    now,
+    register_config_kind,
+    simlab_version,
+    sweep_unknown_fields,
+    unknown_fields,
+    versions,
+)
+from simlab.errors import ResultsError
+
+# The pieces of the records kept in their own modules, importable from here as before.
+__all__ = [
+    "BOUND_TOL", "CONFIG_KINDS", "RECORD", "arrays_sha256", "atomic_save_npz",
+    "atomic_write_bytes", "check_written_by", "chunk_record", "json_default", "now", "numerics",
+    "numerics_lines", "read_chunk", "register_config_kind", "simlab_version",
+    "sweep_unknown_fields", "unit_machines", "unknown_fields", "verify_chunk", "versions",
+    "write_chunk", "write_json",
+]  # fmt: skip
 
 SCHEMA = 2
 # The key of the fingerprint rule a record was made under (simlab.engine.config.FINGERPRINT_RULES;
@@ -63,62 +87,7 @@ RULE_KEY = "fingerprint_rule"
 RESULT_FILES = ("results.npz", "meta.json")
 AXIS_PREFIX = "axis:"
 COV_PREFIX = "cov:"
-# The key of a chunk file's record (JSON): fingerprint, range, metric names, sha256.
-RECORD = "__chunk__"
 PARTS = "parts"
-
-
-# ------------------------------------------------------------------------- writing atomically
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file and os.replace (all or nothing); the file
-    gets the usual permissions (0666 less the umask), not mkstemp's 0600."""
-    path = Path(path)
-    # host and pid in the name: the next writer removes a dead writer's leftovers
-    # (simlab.engine.claims.Coordinator.clean)
-    prefix = f".{path.name}.{HOST}.{os.getpid()}."
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    except OSError as e:
-        raise StorageError(
-            e.errno, f"{path}: cannot be written in {path.parent} ({e.strerror or e})"
-        ) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and not isinstance(e, StorageError):
-            raise StorageError(
-                e.errno,
-                f"{path}: cannot be written ({e.strerror or e}); nothing was written there",
-            ) from None
-        raise
-
-
-def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    atomic_write_bytes(Path(path), buf.getvalue())
-
-
-def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    """`obj` as indented JSON (numpy scalars and arrays as plain values), atomically."""
-    atomic_write_bytes(Path(path), json.dumps(obj, indent=2, default=json_default).encode())
-
-
-def json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -182,22 +151,6 @@ def is_finished(d: Path) -> bool:
     meta.json are both there (they are written last, results.npz first: `write_results`).
     The one place that decides it; whose sweep it is, the caller checks (its sweep.json)."""
     return all((Path(d) / name).exists() for name in RESULT_FILES)
-
-
-def versions(*extra: str) -> dict[str, str]:
-    """Versions of simlab, jax, jaxlib, numpy and python, and of the `extra` distributions
-    (e.g. "flax", "optax", "torch"; absent ones are left out): what meta.json records."""
-    out = {"python": platform.python_version()}
-    for name in ("simlab", "jax", "jaxlib", "numpy") + extra:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 # ------------------------------------------------------------------------- sweep.json
@@ -324,73 +277,6 @@ def finish_history(state: dict[str, Any], points: int, seeds: int) -> None:
     entry["pairs_reused"] = max(0, points * seeds - entry["pairs_computed"])
 
 
-# ------------------------------------------------------------------------- chunk files
-def arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
-    """sha256 over every array's name, dtype, shape and bytes, in name order."""
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        x = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{x.dtype.str}|{x.shape}|".encode())
-        h.update(x.tobytes())
-    return h.hexdigest()
-
-
-def chunk_record(fp: str, key: tuple[int, int, int], arrays: dict[str, np.ndarray]) -> str:
-    return json.dumps(
-        {
-            "fingerprint": fp,
-            "seed": key[0],
-            "start": key[1],
-            "stop": key[2],
-            "metrics": sorted(arrays),
-            "sha256": arrays_sha256(arrays),
-        }
-    )
-
-
-def write_chunk(path: Path, fp: str, key: tuple[int, int, int], arrays) -> None:
-    """A chunk file: its arrays and its record, atomically."""
-    atomic_save_npz(path, {**arrays, RECORD: np.asarray(chunk_record(fp, key, arrays))})
-
-
-def read_chunk(path: Path) -> dict[str, np.ndarray]:
-    """A verified chunk file's metric arrays (its record left out)."""
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files if k != RECORD}
-
-
-def verify_chunk(
-    path: Path, key: tuple[int, int, int], fp: str, names: tuple[str, ...], micro_batch: int
-) -> str | None:
-    """None when the chunk file at `path` is this sweep's chunk `key`, complete and intact;
-    otherwise why not."""
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:  # truncated, empty, not a zip, bad member: all mean "unreadable"
-        return f"unreadable: {type(e).__name__}"
-    if RECORD not in arrays:
-        return "no chunk record (not written by this version of simlab)"
-    try:
-        rec = json.loads(str(arrays.pop(RECORD)))
-    except (ValueError, TypeError):
-        return "chunk record is not JSON"
-    if rec.get("fingerprint") != fp:
-        return "belongs to another sweep (fingerprint differs)"
-    if (rec.get("seed"), rec.get("start"), rec.get("stop")) != key:
-        return "its record names another range than its file name"
-    missing = [n for n in names if n not in arrays]
-    if missing:
-        return f"lacks metrics {missing}"
-    rows = (key[2] - key[1]) * micro_batch
-    bad = [k for k, x in arrays.items() if x.ndim < 1 or x.shape[0] != rows]
-    if bad:
-        return f"metrics {bad} do not have {rows} rows"
-    if rec.get("sha256") != arrays_sha256(arrays):
-        return "checksum mismatch (the arrays were altered)"
-    return None
-
-
 # ------------------------------------------------------------------------- meta.json
 @dataclasses.dataclass
 class Accounting:
@@ -430,13 +316,16 @@ def meta_record(
     covariate_dims: dict[str, list[str]] | None = None,
     numerics_report: Mapping[str, Any] | None = None,
     rule: int | None = None,
+    machines: list[dict[str, Any] | None] | None = None,
     **extra,
 ) -> dict[str, Any]:
     """meta.json of a finished sweep, plain or composite. config: the resolved config (its
     sweep.dtype and matmul_precision are recorded from it); fp: its fingerprint under
     fingerprint rule `rule` (None: the current one); axes: each axis described; dims:
     each metric's dimension names; n_processes: jax.process_count() of the run; extra: the
-    layout (plain), or the parts, history and refinement (composite), after the common keys."""
+    layout (plain), or the parts, history and refinement (composite), after the common keys;
+    machines: the distinct machine facts its units were computed under (simlab.engine.machine;
+    `unit_machines` for chunks, `part_machines` for parts; None: this process's)."""
     sweep = config["sweep"]
     meta = {
         "schema": SCHEMA,
@@ -466,6 +355,7 @@ def meta_record(
         if account.points_computed and account.compute_time_s > 0
         else None,
         "wall_time_s": wall_time_s,
+        "machines": [machine.facts()] if machines is None else list(machines),
     }
     if covariate_dims:
         meta["covariates"] = covariate_dims
@@ -502,52 +392,6 @@ def study_meta_record(
     }
 
 
-# a metric may pass its declared bounds by float32 rounding (simlab.testing.BOUND_TOL)
-BOUND_TOL = 1e-5
-
-
-def numerics(
-    axes: Mapping[str, np.ndarray],
-    metrics: Mapping[str, np.ndarray],
-    bounds: Mapping[str, tuple[float, float]] | None = None,
-    first_seed: int = 0,
-) -> dict[str, dict[str, Any]]:
-    """Per metric with a problem: how many stored values are NaN or Inf ("non_finite"), how
-    many finite ones lie outside the metric's declared bounds (by more than BOUND_TOL:
-    "out_of_bounds", with the bounds), and the first such point (axis values and the seed).
-    Empty when every value is finite and inside its bounds. meta.json records it as
-    "numerics"; the run prints it on stderr (`numerics_lines`)."""
-    out = {}
-    names = list(axes)
-    for m, x in metrics.items():
-        x = np.asarray(x, np.float64)
-        bad = ~np.isfinite(x)
-        lo, hi = (bounds or {}).get(m, (-np.inf, np.inf))
-        oob = np.isfinite(x) & ((x < lo - BOUND_TOL) | (x > hi + BOUND_TOL))
-        if not bad.any() and not oob.any():
-            continue
-        idx = np.unravel_index(int(np.flatnonzero(bad | oob)[0]), x.shape)
-        point = {n: float(axes[n][i]) for n, i in zip(names, idx)}
-        point["seed"] = first_seed + int(idx[len(names)])
-        rec: dict[str, Any] = {"non_finite": int(bad.sum()), "first": point}
-        if oob.any():
-            rec.update(out_of_bounds=int(oob.sum()), bounds=[float(lo), float(hi)])
-        out[m] = rec
-    return out
-
-
-def numerics_lines(report: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One warning line per metric of a `numerics` report."""
-    lines = []
-    for m, r in report.items():
-        what = [f"{r['non_finite']} NaN or Inf"] if r["non_finite"] else []
-        if r.get("out_of_bounds"):
-            what.append(f"{r['out_of_bounds']} outside its bounds {r['bounds']}")
-        where = ", ".join(f"{k}={v:g}" for k, v in r["first"].items())
-        lines.append(f"simlab: warning: metric {m}: {' and '.join(what)} (first at {where})")
-    return lines
-
-
 def metric_dims(axes, metrics: Mapping[str, np.ndarray], lab=None) -> dict[str, list[str]]:
     """Each metric's dimension names: the axes, "seed", then the names the lab declares for its
     further dims (`lab.metric_dims()`, simlab.core.lab.LabProtocol; dim0, dim1, ... where it
@@ -563,6 +407,13 @@ def metric_dims(axes, metrics: Mapping[str, np.ndarray], lab=None) -> dict[str, 
             + (named if len(named) == extra else [f"dim{i}" for i in range(extra)])
         )
     return out
+
+
+def part_machines(metas: list[Mapping[str, Any]], where: object) -> list[dict[str, Any] | None]:
+    """The distinct machine facts of a composite sweep's parts (each part's meta.json
+    "machines"; absent: not recorded), warning on stderr when they differ
+    (simlab.engine.machine.report)."""
+    return machine.report((m for meta in metas for m in meta.get("machines", [None])), where)
 
 
 # ------------------------------------------------------------------------- results.npz
@@ -621,68 +472,3 @@ def read_results(path: str | os.PathLike):
         raise ResultsError(f"{npz}: holds no axes or no metrics; the file is not a simlab result")
     check_written_by(d, meta)
     return d, axes, arrays, meta, covariates
-
-
-# ------------------------------------------------------------------------- versions, kinds
-def sweep_unknown_fields(config: Mapping[str, Any]) -> list[str]:
-    """Dotted names of a sweep config's fields that this version does not know."""
-    known = {
-        "block": {f.name for f in dataclasses.fields(BlockSpec)},
-        "inputs": {f.name for f in dataclasses.fields(InputSpec)},
-        "sweep": set(cfgmod.SWEEP_DEFAULTS),
-    }
-    tops = {*cfgmod.TABLES, cfgmod.PLUGINS_KEY, *cfgmod.DERIVED_KEYS}
-    out = [k for k in config if k not in tops]
-    for table, fields in known.items():
-        t = config.get(table)
-        if isinstance(t, Mapping):
-            out += [f"{table}.{k}" for k in t if k not in fields]
-    return out
-
-
-# meta["kind"] (absent: "sweep") -> the function naming a stored config's unknown fields. A
-# kind not registered here is not judged (its study registers it when imported).
-CONFIG_KINDS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {"sweep": sweep_unknown_fields}
-
-
-def register_config_kind(kind: str, unknown_fields: Callable[[Mapping[str, Any]], list[str]]):
-    """Let `check_written_by` judge the configs of results of `kind` (meta["kind"])."""
-    CONFIG_KINDS[kind] = unknown_fields
-
-
-def unknown_fields(meta: Mapping[str, Any]) -> list[str]:
-    """Dotted names of a stored result's config fields that this version does not know (none
-    for a kind it cannot judge)."""
-    judge = CONFIG_KINDS.get(meta.get("kind", "sweep"))
-    return [] if judge is None else judge(meta.get("config") or {})
-
-
-def simlab_version() -> str:
-    """The installed simlab version (pyproject's), or "unknown" outside an installation."""
-    try:
-        return importlib.metadata.version("simlab")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-_WARNED: set = set()
-
-
-def check_written_by(d: Path, meta: Mapping[str, Any]) -> None:
-    """Warn (once per directory) when a result was written by another simlab version, naming
-    both, and when its config has fields this version does not know (a newer simlab's)."""
-    here = simlab_version()
-    there = (meta.get("versions") or {}).get("simlab")
-    unknown = unknown_fields(meta)
-    key = (str(d), there, here, tuple(unknown))
-    if key in _WARNED:
-        return
-    _WARNED.add(key)
-    if unknown:
-        warnings.warn(
-            f"{d}: its config has fields this simlab ({here}) does not know: "
-            f"{', '.join(unknown)} (written by simlab {there or 'unknown'}); read as it is",
-            stacklevel=4,
-        )
-    elif there is not None and there != here:
-        warnings.warn(f"{d}: written by simlab {there}; this is simlab {here}", stacklevel=4)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -275,7 +276,9 @@ class Results:
         }
         if cov_vars:
             attrs["simlab_covariates"] = json.dumps(cov_vars)
-        return xr.Dataset(data, coords=coords, attrs=attrs)
+        ds = xr.Dataset(data, coords=coords, attrs=attrs)
+        describe(ds, self.meta)
+        return ds
 
     def covariate_dims(self, name: str) -> list[str]:
         """The dimension names of a covariate: "seed", then meta.json's names (else dim0, ...)."""
@@ -296,6 +299,15 @@ class Results:
             raise KeyError(
                 f"sel: {unknown} are not axes or dimensions; have: {', '.join(sorted(dims))}"
             )
+        for a, v in both.items():  # nearest needs numbers: say which value is not one
+            if not all(isinstance(x, (int, float, np.number)) for x in np.ravel(v)):
+                c = self.axes.get(a)
+                on = "an index" if c is None else f"on its {len(c)} values {c.min():.4g} .. "
+                raise ConfigError(
+                    f"sel: {a}={v!r} must be a number or a list of numbers ({on}"
+                    + ("" if c is None else f"{c.max():.4g}, e.g. sel({a}={c[0]:.4g})")
+                    + ")"
+                )
         return self.to_xarray().sel(both, method="nearest")
 
 
@@ -390,3 +402,52 @@ def from_xarray(ds) -> Results:
     metrics = {k: np.asarray(v.values) for k, v in ds.data_vars.items() if k not in cov_vars}
     covariates = {name: np.asarray(ds[var].values) for var, name in cov_vars.items()}
     return Results(axes, metrics, meta, covariates=covariates)
+
+
+def describe(ds, meta: dict) -> None:
+    """Per-variable attributes (CF conventions), in place: each metric's `long_name`, its
+    definition (`description`, the registry's simlab.core.metrics.METRICS) and `units` "1"
+    (dimensionless) where its exact range is finite (cosines, shares, entropies; norms and
+    variances, in the hidden states' own scale, carry none); each axis's knobs and their
+    meanings (simlab.core.knobs.KNOBS); seed, layer and the covariates. The global JSON
+    attributes stay (simlab.from_xarray reads those); these are for netCDF tools."""
+    # deferred: jax; the metric registry through simlab.core.lab, the engine's door to it
+    from simlab.core.knobs import KNOBS
+    from simlab.core.lab import METRICS
+
+    covariates = json.loads(ds.attrs.get("simlab_covariates", "{}"))  # variable -> name
+    for name in ds.data_vars:
+        if name in covariates:
+            cov = covariates[name]
+            ds[name].attrs.update(
+                long_name=f"seed covariate {cov}",
+                description=f"per-seed statistic {cov} of the seed's weights "
+                "(docs/instruments.md, Seed covariates)",
+            )
+            continue
+        m = METRICS.get(name)
+        attrs = {"long_name": name}
+        if m is not None:
+            attrs["description"] = m.doc
+            lo, hi = (float(b) for b in m.bounds)
+            if math.isfinite(lo) and math.isfinite(hi):
+                attrs["units"] = "1"
+        ds[name].attrs.update(attrs)
+    for a in meta.get("axes") or []:
+        if isinstance(a, dict) and a.get("name") in ds.coords:
+            knobs = a.get("knobs") or [a["name"]]
+            meanings = [f"{k}: {KNOBS[k].meaning}" for k in knobs if k in KNOBS]
+            ds[a["name"]].attrs.update(
+                long_name=f"axis {a['name']} (knobs {', '.join(map(str, knobs))})",
+                description="; ".join(meanings) or f"axis {a['name']}",
+            )
+    if "seed" in ds.coords:
+        ds["seed"].attrs.update(
+            long_name="seed",
+            description="replica s: key fold_in(PRNGKey(sweep.base_seed), sweep.first_seed + s)",
+        )
+    if "layer" in ds.coords:
+        ds["layer"].attrs.update(
+            long_name="layer",
+            description="layer of the stack, from 0 (with [checkpoint]: 0 is checkpoint.layer)",
+        )

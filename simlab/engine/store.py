@@ -255,9 +255,28 @@ def check_out_dir(out: Path, config: dict[str, Any], fp: str) -> bool:
     return records.is_finished(out)
 
 
+def explain_diff(old: dict[str, Any], new: dict[str, Any], diff: list[str]) -> list[str]:
+    """config_diff's field names for a refusal, each field a sweep fills in itself (not set by
+    the user: sweep.micro_batch, sweep.dtype) with both values and why it differs; when it is
+    the only difference, how to match the directory."""
+    out = []
+    for d in diff:
+        a, b = (c.get("sweep", {}).get(d.partition(".")[2]) for c in (old, new))
+        alone = len(diff) == 1
+        if d == "sweep.micro_batch":
+            d += f" ({a} there, {b} here: chosen from the sizes when the config does not set it"
+            d += f"; set sweep.micro_batch = {a} to match)" if alone else ")"
+        elif d == "sweep.dtype":
+            d += f" ({a} there, {b} here: the precision of the process"
+            d += f"; run with JAX_ENABLE_X64={int(a == 'float64')} to match)" if alone else ")"
+        out.append(d)
+    return out
+
+
 def different_sweep(out: Path, old: dict[str, Any], config: dict[str, Any]) -> ConfigError:
     """The refusal of a directory holding the sweep `old` (its sweep.json) for `config`."""
-    diff = config_diff(old.get("config", {}), config)
+    held = old.get("config", {})
+    diff = explain_diff(held, config, config_diff(held, config))
     return ConfigError(
         f"{out}: holds a different sweep (differs in: {', '.join(diff) or 'config'}); "
         "use another --out directory or delete it"

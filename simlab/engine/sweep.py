@@ -14,7 +14,7 @@ from typing import Any
 
 from simlab.engine import grow, plain, results
 from simlab.engine.config import SweepConfig, load_config
-from simlab.engine.tomlio import read_toml
+from simlab.engine.tomlio import read_config_toml
 from simlab.errors import ConfigError
 
 
@@ -59,12 +59,17 @@ def run_sweep(
         ("axes", axes),
         ("sweep", sweep),
     ):
+        if name == "axes" and isinstance(t, Mapping):
+            raise ConfigError(
+                f"axes: must be a list of axis tables, one per axis, got one table (keys "
+                f"{', '.join(map(str, t))}); write axes=[{{...}}]"
+            )
         if t is not None:
             tables[name] = [_table(a) for a in t] if name == "axes" else _table(t)
     if chunk_size is not None:
         tables["sweep"] = {**tables.get("sweep", {}), "chunk_size": chunk_size}
     return run_config(
-        load_config(tables),
+        load_config(tables, report=None if quiet else plain.setup_line),
         out=out,
         quiet=quiet,
         lab=lab,
@@ -105,7 +110,7 @@ def _tables(config) -> dict[str, Any]:
     if isinstance(config, SweepConfig):
         return config.to_dict()
     if isinstance(config, (str, os.PathLike)):
-        return read_toml(config)
+        return read_config_toml(config)  # its relative paths: from the file's folder
     if not isinstance(config, Mapping):
         raise ConfigError(
             f"config: must be a TOML path, a dict of tables or a SweepConfig, got "

@@ -45,13 +45,30 @@ NOT_PATHS = {("inputs", "corpus"): ("stdlib",)}
 
 
 def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
-    """read_toml, with every relative path of PATH_FIELDS made relative to the file's folder
-    (as pytest and ruff read theirs; docs/config.md, "Paths"): the config runs from any
-    directory. A `--set` applied afterwards stays relative to the current directory."""
+    """The one reader of a config file (`simlab sweep` with and without --set, `run_sweep(path)`,
+    `simlab reproduce`, check-theory, train-dynamics): read_toml, with every relative path of
+    PATH_FIELDS made relative to the file's folder (as pytest and ruff read theirs;
+    docs/config.md, "Paths"), in the top-level tables, in an experiment's [quick] tables and in
+    each of its [variants] entries: the config runs from any directory. A `--set` applied
+    afterwards stays relative to the current directory."""
     raw = read_toml(path)
     base = Path(path).resolve().parent
+    _resolve_paths(raw, base)
+    quick = raw.get("quick")
+    if isinstance(quick, dict):
+        _resolve_paths(quick, base)
+    variants = raw.get("variants")
+    for entries in variants.values() if isinstance(variants, dict) else ():
+        for e in entries if isinstance(entries, list) else ():
+            if isinstance(e, dict):
+                _resolve_paths(e, base)
+    return raw
+
+
+def _resolve_paths(tables: dict[str, Any], base: Path) -> None:
+    """Each relative PATH_FIELDS value of `tables` (in place) made relative to `base`."""
     for table, fields in PATH_FIELDS.items():
-        t = raw.get(table)
+        t = tables.get(table)
         if not isinstance(t, dict):
             continue
         for f in fields:
@@ -60,7 +77,6 @@ def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:
                 continue
             if isinstance(v, str) and v and not v.startswith("~") and not Path(v).is_absolute():
                 t[f] = os.path.normpath(base / v)
-    return raw
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

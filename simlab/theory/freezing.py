@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from simlab.errors import ConfigError
+from simlab.theory.common import require_structure
 from simlab.theory.rem import rem_critical_std, rem_normalized_entropy
 from simlab.theory.sampling import gaussian_softmax_entropy
+from simlab.theory.signal import CLASSIC
 
 
 def paper_logit_var(lam, drift_norm, *, d_model, init_std=0.02, embed_std=0.02, temperature=1.0):
@@ -106,25 +108,44 @@ def paper_iso_entropy_lambda_finite(
     return (s2 / (init_std**4 * embed_std**2 * d_model * x2)) ** 0.25
 
 
-def _check_kind(b: dict) -> None:
-    """The paper's logit variance is of projections that see the tokens x themselves (no norm
-    before them: kinds post_ln and attention); kind "llama" (an RMSNorm before the projections,
-    rotary embeddings) is refused, naming the field."""
-    if b.get("kind", "post_ln") == "llama":
-        raise ConfigError(
-            "block.kind: 'llama' is not covered by the paper's closed form (it assumes "
-            "projections of the tokens themselves, no RMSNorm before them)"
-        )
+def _check_block(b: dict, structure=None) -> None:
+    """The paper's logit variance is of projections that see the tokens x themselves through
+    W_Q, W_K drawn N(0, init_std^2) without biases: a block with no norm before the projections
+    (a property of its structure, simlab.core.structure: e.g. kinds post_ln and attention),
+    no rotary embeddings and no init_var or bias_var on wq, wk, bq, bk. `structure`: the block's
+    (BlockSpec.structure); None: one of the classic wirings named by b["kind"]
+    (simlab.theory.signal.CLASSIC) without structure fields. Anything else is a ConfigError
+    naming the field."""
+    if structure is None:
+        overrides = [f for f in ("attn_norm", "mlp_norm", "norm", "mlp_kind") if b.get(f)]
+        kind = b.get("kind", "post_ln")
+        if kind not in CLASSIC or overrides:
+            raise ConfigError(
+                f"block.kind: {kind!r}{' with ' + overrides[0] if overrides else ''}: pass the "
+                "block's structure (BlockSpec.structure) to check the paper's closed form"
+            )
+        structure = CLASSIC[kind]
+    require_structure(structure, ("no_pre_norm",), "the paper's closed form")
+    if b.get("rotary_pct", 0.0):
+        raise ConfigError("block.rotary_pct: the paper's closed form has no rotary embeddings")
+    for field, names in (("init_var", ("wq", "wk")), ("bias_var", ("bq", "bk"))):
+        given = dict(b.get(field) or ())
+        if any(n in given for n in names):
+            raise ConfigError(
+                f"block.{field}: the paper's closed form has W_Q, W_K ~ N(0, 0.02^2) and no "
+                "query or key bias"
+            )
 
 
-def paper_iso_entropy_curve(config: dict, level: float = 0.5, n=None):
+def paper_iso_entropy_curve(config: dict, level: float = 0.5, n=None, *, structure=None):
     """The predicted iso-entropy line H / ln T = level of a sweep's config (its block and inputs
     tables; paper_iso_entropy_lambda_finite: finite T and d_head) in the (drift_norm, lambda)
     plane, as (x_arr, y_arr, label) for plot.phase_diagram(theory=...). At level 0.5 and the
     paper's T = 512 it lies ~10% below the freezing line proper (paper_freezing_line_curve):
-    the finite-T softmax reaches H / ln T = 0.5 at s^2 = 1.34 ln T, not 2 ln T."""
+    the finite-T softmax reaches H / ln T = 0.5 at s^2 = 1.34 ln T, not 2 ln T. `structure`: the
+    block's structure (BlockSpec.structure; _check_block says what the closed form needs)."""
     b, i = config["block"], config["inputs"]
-    _check_kind(b)
+    _check_block(b, structure)
     init_std = 0.02 if b.get("init", "bert") == "bert" else None
     if init_std is None or i.get("kind") != "embedding":
         raise ValueError("paper_iso_entropy_curve: needs init = 'bert' and embedding inputs")
@@ -140,11 +161,11 @@ def paper_iso_entropy_curve(config: dict, level: float = 0.5, n=None):
     return n, lam, f"predicted H/ln T = {level:g} line (finite T, no fit)"
 
 
-def paper_freezing_line_curve(config: dict, n=None):
+def paper_freezing_line_curve(config: dict, n=None, *, structure=None):
     """The REM freezing line proper of a sweep's config, s^2 = 2 ln T (paper_iso_entropy_lambda
     at level 0: where H / ln T -> 0 as T -> infinity), as (x_arr, y_arr, label)."""
     b, i = config["block"], config["inputs"]
-    _check_kind(b)
+    _check_block(b, structure)
     if b.get("init", "bert") != "bert" or i.get("kind") != "embedding":
         raise ValueError("paper_freezing_line_curve: needs init = 'bert' and embedding inputs")
     n = np.geomspace(1e-2, 1e5, 200) if n is None else np.asarray(n, float)

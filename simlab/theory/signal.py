@@ -10,19 +10,22 @@ docs/theory.md, "Claim 7".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from simlab.errors import ConfigError
+from simlab.theory.common import require_structure
 from simlab.theory.sampling import softmax_pair_overlaps
 
 
-def activation_kernel(c, activation: str = "gelu") -> tuple[float, float]:
-    """(E g(z)^2, E g(z1) g(z2)) for unit-variance Gaussians with correlation c and g the MLP
+def activation_kernel(c, activation: str = "gelu", q: float = 1.0) -> tuple[float, float]:
+    """(E g(z)^2, E g(z1) g(z2)) for Gaussians of variance q with correlation c and g the MLP
     activation: ReLU in closed form (Cho & Saul's arc-cosine kernel of degree 1,
-    (sqrt(1 - c^2) + (pi - arccos c) c) / (2 pi), and 1/2), the tanh-form GELU by 80 x 80-point
-    Gauss-Hermite quadrature (smooth integrand: accurate to ~1e-6)."""
+    q (sqrt(1 - c^2) + (pi - arccos c) c) / (2 pi), and q / 2: ReLU is homogeneous), the
+    tanh-form GELU by 80 x 80-point Gauss-Hermite quadrature of g(sqrt(q) z) (smooth
+    integrand: accurate to ~1e-6)."""
     if activation not in ("relu", "gelu"):
         raise ConfigError(
             f"block.activation: {activation!r} has no kernel here (the layer recursion computes "
@@ -30,9 +33,11 @@ def activation_kernel(c, activation: str = "gelu") -> tuple[float, float]:
         )
     c = float(np.clip(c, -1.0, 1.0))
     if activation == "relu":
-        return 0.5, (math.sqrt(1.0 - c * c) + (math.pi - math.acos(c)) * c) / (2.0 * math.pi)
+        k = (math.sqrt(1.0 - c * c) + (math.pi - math.acos(c)) * c) / (2.0 * math.pi)
+        return 0.5 * q, q * k
     x, w = np.polynomial.hermite_e.hermegauss(80)
     w = w / w.sum()
+    x = math.sqrt(q) * x
 
     def g(z):
         return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
@@ -55,8 +60,30 @@ def softmax_overlaps(s, c, n: int, *, finite: bool = True, rows: int = 512, seed
     return softmax_pair_overlaps(s, c, n, rows=rows, seed=seed)
 
 
+@dataclasses.dataclass(frozen=True)
+class Wiring:
+    """The part of a block's structure the recursion reads (simlab.core.structure.Structure has
+    these fields; any object with them will do): each branch's norm places ("pre", "out",
+    "post"), the norm, the MLP kind and what the MLP reads."""
+
+    attn_norm: tuple[str, ...]
+    mlp_norm: tuple[str, ...]
+    norm: str = "layernorm"
+    mlp: str = "plain"
+    mlp_reads: str = "h"
+
+
+# The three wirings a name may still give (equal to simlab.core.structure.PRESETS' entries of
+# the same names: tests/theory/test_signal_structure.py); any other block passes its structure.
+CLASSIC = {
+    "post_ln": Wiring(("post",), ("post",)),
+    "pre_ln": Wiring(("pre",), ("pre",)),
+    "attention": Wiring((), ()),
+}
+
+
 def signal_propagation(
-    kind: str,
+    kind,
     depth: int,
     length: int,
     batch: int,
@@ -69,41 +96,64 @@ def signal_propagation(
     finite: bool = True,
     rows: int = 512,
     seed: int = 0,
+    p0: float = 0.0,
+    p0_across: float = 0.0,
+    var_w: float = 1.0,
+    var_v: float = 1.0,
+    var_b: float = 0.0,
+    w_o: bool = True,
 ) -> dict[str, np.ndarray]:
     """Per-layer token cosines of a depth stack at init, from a layer-to-layer recursion of the
     per-coordinate order parameters: q (squared norm / d), p_w (overlap of two tokens of one
-    sequence) and p_x (of two sequences). Inputs: i.i.d. unit Gaussian tokens (q = 1, p = 0).
-    Weights N(0, 1/fan_in) (simlab's init = "fan_in", sigma 1), logit scale lam = q_scale
-    k_scale / temperature, d -> infinity.
+    sequence) and p_x (of two sequences). Inputs: Gaussian tokens with q = 1, cosine p0 within
+    a sequence and p0_across across sequences (0, 0: i.i.d. unit Gaussian tokens; simlab's
+    gaussian inputs at input_corr p: p0 = p, p0_across = 0). Weights N(0, v / fan_in)
+    (simlab's init = "fan_in"): v = 1 for W_Q, W_K and W_O, var_v for W_V, var_w for W_1 and
+    W_2; the biases b_V, b_O, b_1, b_2 drawn N(0, var_b) (b_Q = b_K = 0); w_o False: no W_O (nor
+    b_O); logit scale lam = q_scale k_scale / temperature, d -> infinity.
+    `kind`: the block's structure (simlab.core.structure.Structure, e.g. BlockSpec.structure,
+    or any object with Wiring's fields), or one of the names in CLASSIC. The recursion covers
+    every placement of LayerNorms (pre, out, post on each branch) around a plain MLP that follows
+    the attention branch; it refuses RMSNorm, a gated MLP and parallel branches, naming the field.
 
     Source: Giorlandino & Goldt, arXiv 2505.24333, and their code
-    (github.com/aGiorlandino/ICLR-Signal-Propagation-Transformers, theory_update_general.py:
-    get_attention_update, get_MLP_update, get_block_update_wres), ported here to simlab's
-    block kinds and activation. Steps:
+    (github.com/aGiorlandino/ICLR-Signal-Propagation-Transformers, theory_update_general.py and
+    theory_update_relu.py: get_attention_update, get_MLP_update, get_block_update_wres), ported
+    here to simlab's structures and activation. Steps:
       attention  on inputs (q, p_w, p_x): the key-dependent logits of a query have std
                  s = lam sqrt(q (q - p_w)) (their general threshold beta_c = sqrt(2 / (q (q - p))))
-                 and two queries of a sequence correlation c = p_w / q; the output has
+                 and two queries of a sequence correlation c = p_w / q; the mixed values have
                  q' = p_w + (q - p_w) Y, p_w' = p_w + (q - p_w) Z, p_x' = p_x (softmax_overlaps;
                  in their n -> infinity limit Z = 0: p' = p);
+      values     W_V and b_V: (q, p) -> var_v (q, p) + var_b (the bias is common to every
+                 token, so it adds to the overlaps too; rows of A sum to 1, so A (x W_V + b_V) =
+                 (A x) W_V + b_V); W_O and b_O likewise with variance 1 and var_b;
       residual   a x + branch: q and p add (a^2 on x; cross terms vanish at large d: the
                  branch's weights are independent of x);
       LayerNorm  q -> 1, p -> p / q;
-      MLP        on unit-variance inputs with correlation c: q' = E g^2, p' = E g(z1) g(z2)
-                 (activation_kernel; their code: tanh);
-    in the wiring of simlab.core.block.BLOCKS (post_ln: LN1(a x + Attn(x)), LN2(m h + MLP(h));
-    pre_ln: a x + Attn(LN1 x), m h + MLP(LN2 h); attention: a x + Attn(x), m h + MLP(h)).
+      MLP        pre-activations (q1, p1) = var_w (q, p) + var_b, then
+                 (var_w E g^2 + var_b, var_w E g(z1) g(z2) + var_b) at variance q1 and
+                 correlation p1 / q1 (activation_kernel; their code: tanh and ReLU);
+    with a norm wherever the structure puts one: pre (the branch's input), out (its output),
+    post (the residual sum). Their Figure 1 (post-LN, ReLU, one head, no W_O, var_v = var_w =
+    0.2, var_b = 4e-4, finite=False, lam = beta sqrt(ln T)) is this recursion from p0
+    (docs/theory.md, "Claim 7", the mapping of their beta, var_w and var_b).
     Returns out_cos_within (p_w / q) and out_cos, the mean over all B T (B T - 1) pairs of
     tokens ((T - 1) / (B T - 1) of them within a sequence), each (depth,)."""
-    if kind not in ("post_ln", "pre_ln", "attention"):
+    s = CLASSIC.get(kind) if isinstance(kind, str) else kind
+    if s is None:
         raise ConfigError(
-            f"block.kind: {kind!r} has no layer recursion here (post_ln, pre_ln, attention: a "
-            "LayerNorm and a plain act(h W_1) W_2 MLP)"
+            f"block.kind: {kind!r}: pass the block's structure (BlockSpec.structure); by name "
+            f"the recursion knows {', '.join(CLASSIC)}"
         )
+    require_structure(s, ("layernorm", "plain_mlp", "sequential"), "the layer recursion")
 
     def attend(q, pw, px):
         sd = lam * math.sqrt(max(q * (q - pw), 0.0))
         y, z = softmax_overlaps(sd, pw / q, length, finite=finite, rows=rows, seed=seed)
-        return pw + (q - pw) * y, pw + (q - pw) * z, px
+        a = (pw + (q - pw) * y, pw + (q - pw) * z, px)
+        a = tuple(var_v * u + var_b for u in a)  # W_V, b_V
+        return tuple(u + var_b for u in a) if w_o else a  # W_O (variance 1), b_O
 
     def add(a, x, b):  # a^2 x + b, componentwise
         return tuple(a * a * u + v for u, v in zip(x, b))
@@ -112,22 +162,25 @@ def signal_propagation(
         return 1.0, x[1] / x[0], x[2] / x[0]
 
     def mlp_of(x):
-        q2, pw2 = activation_kernel(x[1] / x[0], activation)
-        return q2, pw2, activation_kernel(x[2] / x[0], activation)[1]
+        q1 = var_w * x[0] + var_b
+        q2, pw2 = activation_kernel((var_w * x[1] + var_b) / q1, activation, q1)
+        px2 = activation_kernel((var_w * x[2] + var_b) / q1, activation, q1)[1]
+        return var_w * q2 + var_b, var_w * pw2 + var_b, var_w * px2 + var_b
 
-    x = (1.0, 0.0, 0.0)
+    def at(places, place, x):
+        return norm(x) if place in places else x
+
+    x = (1.0, p0, p0_across)
     within, total = [], []
     fw = (length - 1) / (batch * length - 1)
     for _ in range(depth):
-        if kind == "post_ln":
-            h = norm(add(attn_residual, x, attend(*x)))
-            x = norm(add(mlp_residual, h, mlp_of(h))) if mlp else h
-        elif kind == "pre_ln":
-            h = add(attn_residual, x, attend(*norm(x)))
-            x = add(mlp_residual, h, mlp_of(norm(h))) if mlp else h
+        a = at(s.attn_norm, "out", attend(*at(s.attn_norm, "pre", x)))
+        h = at(s.attn_norm, "post", add(attn_residual, x, a))
+        if mlp:
+            f = at(s.mlp_norm, "out", mlp_of(at(s.mlp_norm, "pre", h)))
+            x = at(s.mlp_norm, "post", add(mlp_residual, h, f))
         else:
-            h = add(attn_residual, x, attend(*x))
-            x = add(mlp_residual, h, mlp_of(h)) if mlp else h
+            x = h
         within.append(x[1] / x[0])
         total.append(fw * x[1] / x[0] + (1 - fw) * x[2] / x[0])
     return {"out_cos_within": np.array(within), "out_cos": np.array(total)}

@@ -50,7 +50,6 @@ def refused(path) -> str:
         ("llama", dict(rope_parameters={"rope_theta": 500.0, "rope_type": "yarn"}), "rope_type"),
         ("llama", dict(mlp_bias=True), "mlp_bias"),
         ("llama", dict(attention_bias="yes"), "attention_bias"),
-        ("llama", dict(head_dim=16), "head_dim"),
         ("llama", dict(num_key_value_heads=3), "num_key_value_heads"),
         ("llama", dict(hidden_act="gelu_fast"), "hidden_act"),
         ("llama", dict(pretraining_tp=2), "pretraining_tp"),
@@ -139,3 +138,76 @@ def test_a_sweep_on_the_fixture_sees_hfs_attention(arch, tmp_path):
     want = oracle["attn64"][1].max(-1).mean()
     np.testing.assert_allclose(res["attn_max"][0, 0], want, rtol=1e-5)
     assert res.meta["config"]["block"]["n_kv_heads"] == 2
+
+
+def _write_safetensors(path: pathlib.Path, tensors: dict) -> None:
+    """huggingface/safetensors' layout: 8-byte little-endian header length, the JSON header
+    (name -> dtype, shape, data_offsets), the float32 data."""
+    import struct
+
+    header, blobs, off = {}, [], 0
+    for n, a in tensors.items():
+        b = np.ascontiguousarray(a, np.float32).tobytes()
+        header[n] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_a_head_width_other_than_hidden_over_heads(tmp_path):
+    """config.json's head_dim 16 at hidden_size 48 and 4 heads (H K = 64 != 48) becomes the
+    block's head_dim (data on kind llama, no new kind); q, k, v are read as (H K, D), o as
+    (D, H K), and the layer computes the numpy float64 Llama layer of tests/core/test_llama.py
+    with the same weights (1e-12 relative)."""
+    import importlib.util
+    import math
+
+    import jax
+
+    from simlab.core import block
+    from simlab.core.init import layer
+    from simlab.core.knobs import knob_arrays
+    from simlab.core.spec import BlockSpec
+
+    path = pathlib.Path(__file__).parent.parent / "core" / "test_llama.py"
+    mod_spec = importlib.util.spec_from_file_location("_test_llama_oracle", path)
+    oracle = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(oracle)
+
+    cfg = json.loads((FIXTURES / "llama" / "config.json").read_text())
+    cfg["head_dim"] = 16
+    d, h, g, k, f, n_layers = 48, 4, 2, 16, 100, cfg["num_hidden_layers"]
+    r = np.random.default_rng(0)
+    t = {"model.embed_tokens.weight": 0.02 * r.standard_normal((cfg["vocab_size"], d))}
+    for i in range(n_layers):
+        pre = f"model.layers.{i}."
+        for n, shape in (
+            ("q", (h * k, d)),
+            ("k", (g * k, d)),
+            ("v", (g * k, d)),
+            ("o", (d, h * k)),
+        ):
+            t[f"{pre}self_attn.{n}_proj.weight"] = r.standard_normal(shape) / math.sqrt(shape[1])
+        for n, shape in (("gate", (f, d)), ("up", (f, d)), ("down", (d, f))):
+            t[f"{pre}mlp.{n}_proj.weight"] = r.standard_normal(shape) / math.sqrt(shape[1])
+        for n in ("input_layernorm", "post_attention_layernorm"):
+            t[f"{pre}{n}.weight"] = 1.0 + 0.2 * r.standard_normal(d)
+    folder = tmp_path / "llama_head16"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    _write_safetensors(folder / "model.safetensors", t)
+
+    ck = load(folder)
+    fields = ck.block_fields()
+    assert fields["head_dim"] == 16 and fields["n_heads"] * 16 != fields["d_model"]
+    spec = BlockSpec(**{**fields, "depth": 1}).validate()
+    assert spec.d_head == 16 and ck.params["wo"].shape == (n_layers, h, k, d)
+    x = r.standard_normal((2, 9, d))
+    with jax.enable_x64(True):
+        p = {n: np.asarray(a, np.float64) for n, a in layer(ck.params, 1).items()}
+        z = np.zeros((h, k))
+        got = block.layer_apply(spec, p, x, knob_arrays(oracle.KNOBS), z, z).y
+        want = oracle.np_llama_layer(p, x, spec, oracle.KNOBS)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12 * np.abs(want).max())

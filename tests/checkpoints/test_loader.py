@@ -342,8 +342,13 @@ def test_truncated_and_unknown_dtype_weights(tmp_path):
     folder = copy("bert", tmp_path / "m")
     raw = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(raw[:-4])
-    with pytest.raises(ConfigError, match=r"model.safetensors: tensor '.*': its offsets do not"):
+    with pytest.raises(ConfigError) as e:
         load(folder)
+    assert str(e.value) == (
+        f"{folder / 'model.safetensors'}: the file is shorter than its header says (its tensors "
+        f"end at byte {len(raw):,}, the file has {len(raw) - 4:,} bytes): it was cut short "
+        "(an interrupted download or copy); fetch or copy it again"
+    )
     write_safetensors(folder / "model.safetensors", {"a": ("F8_E4M3", np.zeros(4, np.uint8))})
     with pytest.raises(ConfigError, match=r"tensor 'a' has dtype F8_E4M3, which simlab cannot"):
         load(folder)
@@ -470,3 +475,61 @@ def test_embedding_geometry_vs_numpy(arch):
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-9, err_msg=k)
     assert 0 < got["partition_iso"] <= 1 and 0 < got["partition_iso_centred"] <= 1
+
+
+@pytest.mark.parametrize("head_dim", [3, None])
+def test_an_odd_rotary_head_dim_is_refused_at_load_naming_config_json(tmp_path, head_dim):
+    """hidden_size 48 over 16 heads: a head dim of 3, which the rotary embeddings cannot turn
+    in pairs; refused by load() naming config.json's field (head_dim when it is there), not
+    later as block.rotary_pct, a field the user never set."""
+    folder = copy("llama", tmp_path / "m")
+    edit_config(folder, num_attention_heads=16, head_dim=head_dim)
+    field = "head_dim" if head_dim else "num_attention_heads"
+    with pytest.raises(ConfigError) as e:
+        load(folder)
+    assert str(e.value) == (
+        f"{folder / 'config.json'}: {field}: the head dim hidden_size 48 / num_attention_heads "
+        "16 = 3 is odd; its rotary embeddings turn 3 dims in pairs, which must be even: simlab "
+        "cannot run this checkpoint"
+    )
+
+
+def test_file_messages_name_the_files_absolute_on_every_route(tmp_path, monkeypatch):
+    """A NaN weight (and every other file message) names the file by its absolute path, whether
+    the folder was given relative (load, --set, a dict) or made absolute (a config file)."""
+    import simlab
+
+    folder = copy("bert", tmp_path / "ck")
+    tensors, _ = files.read_tensors(folder)
+    tensors = {k: np.array(v) for k, v in tensors.items()}
+    tensors["encoder.layer.1.output.dense.weight"].reshape(-1)[3] = np.nan
+    from safetensors.numpy import save_file
+
+    save_file(tensors, str(folder / "model.safetensors"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text(
+        '[checkpoint]\npath = "ck"\nlayer = 1\n[inputs]\nkind = "tokens"\nvocab = 50\n'
+        'batch = 2\nlength = 8\n[[axes]]\nname = "q_scale"\nvalues = [1.0]\n'
+    )
+    want = (
+        f"{folder / 'model.safetensors'}: tensor 'encoder.layer.1.output.dense.weight' holds 1 "
+        "NaN or Inf values; simlab never computes on non-finite weights"
+    )
+    routes = {
+        "load": lambda: load("ck"),
+        "dict": lambda: simlab.run_sweep(
+            {**simlab_tables(), "checkpoint": {"path": "ck", "layer": 1}}, quiet=True
+        ),
+        "file": lambda: simlab.run_sweep("c.toml", quiet=True),
+    }
+    for name, route in routes.items():
+        with pytest.raises(ConfigError) as e:
+            route()
+        assert str(e.value) == want, name
+
+
+def simlab_tables() -> dict:
+    return {
+        "inputs": {"kind": "tokens", "vocab": 50, "batch": 2, "length": 8},
+        "axes": [{"name": "q_scale", "values": [1.0]}],
+    }

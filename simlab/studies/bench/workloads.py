@@ -8,7 +8,12 @@ update, nothing else changes).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+# The checkout simlab runs from: a hooks workload's relative "source" folder and
+# benchmarks/results are in it.
+ROOT = Path(__file__).resolve().parents[3]
 
 # Targets (ratios measured in the same run). P*: PyTorch wall / engine wall; M1: the HF hooks
 # peer's steady state / simlab's (the whole-model peer: a hooked forward per point, as issue 38

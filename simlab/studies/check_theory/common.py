@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from simlab.engine.tomlio import read_toml
+from simlab.engine.tomlio import read_config_toml
 from simlab.errors import ConfigError
 from simlab.studies.check_theory.claim import Claim, lookup
 
@@ -26,7 +26,7 @@ def load_config(
 
     claim = lookup(claim)
     path = claim.config_path(config_dir)
-    cfg = dict(read_toml(path).get(profile, {}))
+    cfg = dict(read_config_toml(path).get(profile, {}))
     if not cfg:
         raise ConfigError(f"{path}: no [{profile}] table")
     unknown = set(overrides or {}) - set(cfg)

@@ -22,6 +22,7 @@ import numpy as np
 
 import simlab
 from simlab import theory
+from simlab.core.spec import BlockSpec
 from simlab.studies.check_theory.claim import Claim, ClaimResult, Comparison
 from simlab.studies.check_theory.common import shrink_cell, verdict_from
 
@@ -64,9 +65,15 @@ def simulate(cfg) -> dict:
 def predict(kind: str, size: dict, cfg: dict) -> dict:
     """theory.signal_propagation at each temperature: pred_out_cos, pred_out_cos_within,
     (temperature, layer) each."""
+    structure = BlockSpec(kind=kind).validate().structure  # the kind's preset (core.structure)
     pred = [
         theory.signal_propagation(
-            kind, cfg["depth"], size["length"], size["batch"], 1.0 / t, mlp=kind != "attention"
+            structure,
+            cfg["depth"],
+            size["length"],
+            size["batch"],
+            1.0 / t,
+            mlp=kind != "attention",
         )
         for t in cfg["temperature"]
     ]

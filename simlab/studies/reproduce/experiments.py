@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from simlab.engine.config import EXPERIMENT_KEYS, apply_quick, experiments_dir
-from simlab.engine.tomlio import apply_overrides, read_config_toml, read_toml
+from simlab.engine.tomlio import apply_overrides, read_config_toml
 from simlab.errors import ConfigError
 
 VARIANT_TABLES = ("block", "inputs", "knobs", "sweep")
@@ -44,7 +44,7 @@ def _path(name: str, directory: Path | None) -> Path:
 def experiment_files(directory: Path | None = None) -> dict[str, Path]:
     """Config name -> path of every experiments/*.toml that declares [[figures]]."""
     directory = Path(directory) if directory is not None else experiments_dir()
-    return {p.stem: p for p in sorted(directory.glob("*.toml")) if "figures" in read_toml(p)}
+    return {p.stem: p for p in sorted(directory.glob("*.toml")) if "figures" in read_config_toml(p)}
 
 
 def experiment_groups(files: dict[str, Path]) -> dict[str, list[str]]:
@@ -52,7 +52,7 @@ def experiment_groups(files: dict[str, Path]) -> dict[str, list[str]]:
     may not take another config's name (--only NAME would then be ambiguous)."""
     groups: dict[str, list[str]] = {}
     for name, path in files.items():
-        groups.setdefault(read_toml(path).get("experiment", name), []).append(name)
+        groups.setdefault(read_config_toml(path).get("experiment", name), []).append(name)
     for group, names in groups.items():
         if group in files and names != [group]:
             raise ConfigError(
@@ -118,7 +118,7 @@ def experiment_variants(
     the product over its dimensions, [quick] `variants` (with quick) and then `extra`'s
     replacing the lists of the dimensions they name (extra's other dimensions are ignored)."""
     path = _path(name, directory)
-    raw = read_toml(path)
+    raw = read_config_toml(path)
     dims = dict(raw.get("variants") or {})
     if not dims:
         return None
@@ -145,4 +145,4 @@ def experiment_variants(
 
 def figure_specs(name: str, directory: Path | None = None) -> list[dict]:
     """The [[figures]] tables of experiments/<name>.toml."""
-    return list(read_toml(_path(name, directory)).get("figures", []))
+    return list(read_config_toml(_path(name, directory)).get("figures", []))

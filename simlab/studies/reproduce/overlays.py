@@ -31,13 +31,35 @@ THEORY: dict[str, Callable[[Results], tuple]] = {
     ),
     # claim 6 of check-theory: the predicted attn_entropy = 0.5 line, no free parameter
     "entropy_half_line": lambda res: theory.paper_iso_entropy_curve(
-        res.meta["config"], n=res.axes["drift_norm"]
+        res.meta["config"], n=res.axes["drift_norm"], structure=_block(res).structure
     ),
     # the REM freezing line proper (s^2 = 2 ln T), ~10% above the entropy-0.5 line at T = 512
     "freezing_line": lambda res: theory.paper_freezing_line_curve(
-        res.meta["config"], n=res.axes["drift_norm"]
+        res.meta["config"], n=res.axes["drift_norm"], structure=_block(res).structure
     ),
 }
+
+
+def _block(res: Results) -> BlockSpec:
+    """The sweep's block spec (its structure and init variances, as the theory reads them)."""
+    return spec_from_dict(BlockSpec, res.meta["config"]["block"], "block")
+
+
+def signal_variances(block: BlockSpec) -> dict | None:
+    """The layer recursion's var_w, var_v, var_b and w_o from a block's init data
+    (theory.signal_propagation's docstring), or None where it has none: W_1 and W_2 of unequal
+    variance, W_Q, W_K or W_O of variance other than 1, unequal biases, or biases on the
+    queries or keys."""
+    var = dict(block.init_var or ())
+    bias = dict(block.bias_var or ())
+    if var.get("w1", 1.0) != var.get("w2", 1.0) or any(
+        var.get(n, 1.0) != 1.0 for n in "wq wk wo".split()
+    ):
+        return None
+    if len(set(bias.values())) > 1 or "bq" in bias or "bk" in bias:
+        return None
+    var_b = next(iter(bias.values()), 0.0)
+    return dict(var_w=var.get("w1", 1.0), var_v=var.get("wv", 1.0), var_b=var_b, w_o=block.w_o)
 
 
 def _mlp_ratio(b: dict) -> float:
@@ -67,17 +89,21 @@ def _signal_propagation(res: Results, metric: str, select: dict):
     b, i, kn = res.meta["config"]["block"], res.meta["config"]["inputs"], res.meta["config"]
     if metric not in ("out_cos", "out_cos_within") or b["init"] != "fan_in":
         return None
-    if b["kind"] not in ("post_ln", "pre_ln", "attention"):
-        return None  # no layer recursion for this wiring (e.g. kind "llama")
+    block = _block(res)
+    s, variances = block.structure, signal_variances(block)
+    if s is None or variances is None or s.norm != "layernorm" or s.mlp != "plain":
+        return None  # no layer recursion for this block (e.g. kind "llama": RMSNorm, a gate)
+    if s.mlp_reads != "h":
+        return None
     if b.get("activation", "gelu") not in ("gelu", "relu"):
         return None
     if i["kind"] != "gaussian" or "temperature" not in select:
         return None
     knobs = kn.get("knobs", {})
-    if any(knobs.get(k, 0.0) != 0.0 for k in ("drift_norm", "input_corr", "q_shift")):
+    if any(knobs.get(k, 0.0) != 0.0 for k in ("drift_norm", "q_shift")):
         return None
     pred = theory.signal_propagation(
-        b["kind"],
+        s,
         b["depth"],
         i["length"],
         i["batch"],
@@ -86,6 +112,8 @@ def _signal_propagation(res: Results, metric: str, select: dict):
         activation=b["activation"],
         attn_residual=knobs.get("attn_residual", 1.0),
         mlp_residual=knobs.get("mlp_residual", 1.0),
+        p0=float(select.get("input_corr", knobs.get("input_corr", 0.0))),  # z_0 per sequence
+        **variances,
     )[metric]
     return np.arange(1, b["depth"] + 1), pred, "predicted (claim 7: layer recursion)"
 

@@ -12,7 +12,7 @@ from typing import Any
 from simlab.core.spec import BlockSpec
 from simlab.engine import records
 from simlab.engine.config import experiments_dir
-from simlab.engine.tomlio import read_toml
+from simlab.engine.tomlio import read_config_toml
 from simlab.errors import ConfigError
 from simlab.studies.train_dynamics import corpus
 from simlab.validate import check_fields, check_int, check_positive
@@ -152,7 +152,7 @@ def load(quick: bool = False, overrides: dict[str, Any] | None = None) -> TrainC
     ConfigError."""
 
     path = experiments_dir() / "train_dynamics.toml"
-    raw = read_toml(path)
+    raw = read_config_toml(path)
     unknown = set(raw) - {"train", "quick", "criteria"}
     if unknown:
         raise ConfigError(
