@@ -43,6 +43,10 @@ class BlockSpec:
     rotary_base is HF's rope_theta (Llama: rotary_pct = 1, every dim of a head).
     n_kv_heads: grouped-query attention (Ainslie et al. 2023): n_kv_heads key/value heads, each
     shared by n_heads / n_kv_heads consecutive query heads (HF's repeat_kv); None: n_heads.
+    pattern_head: the one head (0 .. n_heads - 1) that a pattern with a `keeps` rule ("sink":
+    key 0 removed, simlab.core.sinks) acts on; None: every head.
+    scaled_head: the one head whose queries and keys the knob head_scale multiplies
+    (simlab.core.head_scale); None: head_scale is inert.
     """
 
     kind: str = "post_ln"
@@ -64,6 +68,8 @@ class BlockSpec:
     pattern: str = "softmax"  # a key of simlab.core.patterns.PATTERNS
     rotary_pct: float = 0.0  # rotary embeddings on int(d_head * rotary_pct) dims; 0: none
     rotary_base: float = 10000.0  # theta_i = base^(-2 i / n) (simlab.core.rotary)
+    pattern_head: int | None = None  # the one head a pattern with `keeps` (sink) acts on
+    scaled_head: int | None = None  # the head the knob head_scale scales (simlab.core.head_scale)
 
     @property
     def d_head(self) -> int:
@@ -123,6 +129,16 @@ class BlockSpec:
                 "rotated dims must be even"
             )
         check_positive(f"{where}.rotary_base", self.rotary_base)
+        if self.pattern_head is not None:
+            check_int(f"{where}.pattern_head", self.pattern_head, 0, self.n_heads - 1)
+            if PATTERNS[self.pattern].keeps is None:
+                keeping = ", ".join(repr(n) for n, p in PATTERNS.items() if p.keeps is not None)
+                raise ConfigError(
+                    f"{where}.pattern_head: block.pattern {self.pattern!r} acts on every head; "
+                    f"pattern_head picks the head of a head-wise pattern ({keeping})"
+                )
+        if self.scaled_head is not None:
+            check_int(f"{where}.scaled_head", self.scaled_head, 0, self.n_heads - 1)
         return self
 
     @property
