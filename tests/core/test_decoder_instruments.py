@@ -22,6 +22,8 @@ from simlab.core.spec import BlockSpec, InputSpec
 from simlab.core.tiled import choose_tiling
 from simlab.errors import ConfigError
 
+from conftest import np_layer
+
 B, T, D, H = 2, 6, 16, 4
 
 
@@ -161,3 +163,69 @@ def test_sink_clamp_conforms():
     """simlab.testing's one-call check on the sink clamp (every head): every path against the
     plain oracle, float64 on the same sample, the extreme knobs."""
     testing.check_pattern("sink", identity=False)
+
+
+# ------------------------------------------------------------------ per-position measures
+def np_cov_measures(x_ND):
+    """(mean pairwise cosine over the pairs i != j, participation ratio, top-1 share) in
+    float64, from the definitions (np.cov, eigvalsh)."""
+    x = np.asarray(x_ND, np.float64)
+    n = len(x)
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    g = u @ u.T
+    cos = (g.sum() - np.trace(g)) / (n * (n - 1))
+    c = np.cov(x.T, bias=True)
+    lam = np.linalg.eigvalsh(c)
+    return cos, np.trace(c) ** 2 / np.sum(c * c), lam[-1] / lam.sum()
+
+
+def test_measures_without_position0_vs_numpy():
+    """cos_rest, participation_ratio_rest and pc1_share_rest equal the float64 definitions on
+    the tokens at positions >= 1; with a planted massive token at position 0 the measures over
+    all tokens collapse (PR near 1, pc1 near 1) while the _rest ones are those of the rest."""
+    from simlab.core.metrics import positions
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 9, 8)) + 0.4
+    x[:, 0, 2] = 500.0  # a massive activation at position 0, dim 2
+    got = [
+        float(f(jnp.asarray(x, jnp.float32)))
+        for f in (positions.cos_rest, positions.participation_ratio_rest, positions.pc1_share_rest)
+    ]
+    want = np_cov_measures(x[:, 1:].reshape(-1, 8))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    _, pr_all, pc1_all = np_cov_measures(x.reshape(-1, 8))
+    assert pc1_all > 0.99 and pr_all < 1.01 and want[1] > 3
+
+
+def test_position_metrics_through_the_lab():
+    """Through the Lab (depth 1): input_cos_rest and input_participation_ratio_rest of the
+    layer input equal the float64 definitions on the Lab's own inputs at positions >= 1, and
+    out_pc1_share_rest that of the float64 numpy block's output (tests/conftest.py)."""
+    spec = BlockSpec(kind="pre_ln", d_model=D, n_heads=H, mlp_ratio=2, causal=True).validate()
+    inputs = InputSpec(kind="gaussian", batch=B, length=T).validate()
+    names = ("input_cos_rest", "input_participation_ratio_rest", "out_pc1_share_rest")
+    lab = Lab(spec, inputs, names)
+    kn = knob_arrays(dict(drift_norm=0.7))
+    state = lab.seed_state(jax.random.PRNGKey(2))
+    got = jax.jit(lab.point)(state, kn)
+    x, _ = lab.inputs_of(state, kn)
+    cos, pr, _ = np_cov_measures(np.asarray(x)[:, 1:].reshape(-1, D))
+    np.testing.assert_allclose(float(got["input_cos_rest"]), cos, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(got["input_participation_ratio_rest"]), pr, rtol=1e-4)
+    p = jax.tree.map(lambda a: a[0], state["params"])
+    y = np_layer(spec, p, x, kn, state["u_q"][0], state["u_k"][0])[0]
+    _, _, pc1 = np_cov_measures(y[:, 1:].reshape(-1, D))
+    np.testing.assert_allclose(float(got["out_pc1_share_rest"]), pc1, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_position_metrics_conform():
+    """simlab.testing on every block kind for the measures without position 0: the fast paths
+    equal the plain oracle, float64 agrees, finite and inside their bounds at extreme knobs
+    (also in tests/core/test_metrics.py's loop over every metric not computed by default)."""
+    from simlab.core.metrics import METRICS
+
+    names = [n for n in METRICS if n.endswith("_rest")]
+    assert len(names) == 9
+    testing.check_cases(testing.metric_cases(names), identity=False)
