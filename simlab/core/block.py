@@ -152,18 +152,12 @@ def rotary_of(spec: BlockSpec) -> tuple[int, float]:
     return spec.rotary_dims, spec.rotary_base
 
 
-def shaped(spec: BlockSpec, q, k, knobs, u_q_HK):
-    """attention.shape_q, then the per-head lambda (simlab.core.head_scale): every path's start."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
-    return head_scale.scale_head(q, k, knobs, spec.scaled_head)
-
-
 def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
     """The oracle: full weights, then A V W_O; entropy -sum_j w log w per row. The key shift's
     logit term k_shift q'_i . u_k is constant over j, so softmax ignores it: it is left out of
     the logits (as on the tiled path), which makes k_shift exactly invisible to the weights
     instead of invisible up to the rounding of a huge constant. `Full.k` holds the shifted keys."""
-    q, k = shaped(spec, q, k, knobs, u_q_HK)
+    q, k = head_scale.shaped(spec, q, k, knobs, u_q_HK)
     k = knobs["k_scale"] * k
     if patterns.PATTERNS[spec.pattern].reads_logits:
         kept = sinks.attended(spec, jnp.arange(q.shape[1]), k.shape[1])
@@ -191,7 +185,7 @@ def tiled_attention(
 ) -> Attn:
     """Tiled: scores s_ij = q'_i . k_j of the normalised keys k (the j-constant k_shift u_k . q'_i
     dropped), scalar factor k_scale / (sqrt(K) temperature) kept apart (simlab.core.tiled)."""
-    q, k = shaped(spec, q, k, knobs, u_q_HK)
+    q, k = head_scale.shaped(spec, q, k, knobs, u_q_HK)
     factor = attention.scale_logits(knobs["k_scale"], spec.d_head, knobs["temperature"], q.dtype)
     b, t = q.shape[:2]
     rs = tiled.attend(
@@ -214,7 +208,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
     """A clamped pattern (simlab.core.patterns) on the fast path: A V W_O, the row entropy and
     maximum from the closed form in O(T D), no (B, H, T, S) array; the shaped queries and keys
     give the same token means as on the softmax paths."""
-    q, k = shaped(spec, q, k, knobs, u_q_HK)
+    q, k = head_scale.shaped(spec, q, k, knobs, u_q_HK)
     beta = patterns.beta(spec.pattern, knobs).astype(jnp.promote_types(v.dtype, jnp.float32))
     out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
     shape = (q.shape[0], spec.n_heads, q.shape[1])

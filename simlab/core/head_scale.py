@@ -22,6 +22,8 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
+from simlab.core import attention
+
 
 def scale_head(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], head: int | None):
     """(q, k) with head `head` of both multiplied by knobs["head_scale"] (None: unchanged)."""
@@ -30,3 +32,12 @@ def scale_head(q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], head: int | None)
     s_H = jnp.where(jnp.arange(q_BTHK.shape[2]) == head, knobs["head_scale"], 1.0)
     s_H1 = s_H.astype(q_BTHK.dtype)[:, None]
     return q_BTHK * s_H1, k_BSHK * s_H1.astype(k_BSHK.dtype)
+
+
+def shaped(spec, q_BTHK, k_BSHK, knobs: Mapping[str, jax.Array], u_q_HK):
+    """Every attention path's start (simlab.core.block): attention.shape_q with the spec's
+    QK-norm and rotary embeddings, then `scale_head` of head spec.scaled_head."""
+    q, k = attention.shape_q(
+        q_BTHK, k_BSHK, knobs, u_q_HK, spec.qk_norm, spec.rotary_dims, spec.rotary_base
+    )
+    return scale_head(q, k, knobs, spec.scaled_head)
