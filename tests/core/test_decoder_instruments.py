@@ -54,17 +54,19 @@ def np_attention(p, x, kn, causal, drop0_heads=(), scaled=None):
 
 
 def _layers(spec, knobs):
-    """Layer 0 of `spec` on the tiled path (tiles of 2 query rows) and the plain path."""
+    """Layer 0 of `spec` on the tiled path (tiles of 2 query rows; tiles of both sequences) and
+    the plain path."""
     p = jax.tree.map(lambda a: a[0], init_params(spec, jax.random.PRNGKey(4), jnp.float32))
     x = jax.random.normal(jax.random.PRNGKey(5), (B, T, D), jnp.float32)
     zeros = jnp.zeros((H, D // H), jnp.float32)
-    tiling = choose_tiling(B, T, H, T, 2 * H * T)
-    assert tiling.blocks == T // 2
+    rows = choose_tiling(B, T, H, T, 2 * H * T)  # blocks of 2 query rows
+    seqs = choose_tiling(B, T, H, T)  # both sequences in one tile (the per-head mask tiled)
+    assert rows.blocks == T // 2 and seqs.seqs == B
     run = jax.jit(
         lambda tl: block.layer_apply(spec, p, x, knobs, zeros, zeros, tiling=tl),
         static_argnums=0,
     )
-    return p, x, {"tiled": run(tiling), "plain": run(None)}
+    return p, x, {"tiled": run(rows), "tiled_seqs": run(seqs), "plain": run(None)}
 
 
 KNOBS = dict(q_scale=1.7, k_scale=1.7, temperature=0.8)
