@@ -205,7 +205,7 @@ def _made(dtype) -> np.dtype:
 
 INPUT_VOCAB_DEFAULT = next(f.default for f in dataclasses.fields(InputSpec) if f.name == "vocab")
 # BlockSpec fields a study may set on trained layers; every other field is the checkpoint's
-STUDY_FIELDS = ("pattern", "depth")
+STUDY_FIELDS = ("pattern", "depth", "pattern_head", "scaled_head")
 
 
 def check_trained(own: Mapping, given: Mapping, where: str, origin) -> None:

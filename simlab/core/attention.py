@@ -120,8 +120,9 @@ def causal_mask(t: int, s: int) -> jax.Array:
     return jnp.arange(s)[None, :] <= jnp.arange(t)[:, None]
 
 
-def attention_weights(q_BTHK, k_BSHK, temperature, causal: bool):
-    """softmax_j(q_i . k_j / (sqrt(K) * temperature)) in float32: (B, H, T, S)."""
+def attention_weights(q_BTHK, k_BSHK, temperature, causal: bool, kept=None):
+    """softmax_j(q_i . k_j / (sqrt(K) * temperature)) in float32: (B, H, T, S); kept: a boolean
+    mask of the attended keys ((T, S) or (H, T, S); simlab.core.sinks.attended), None: all."""
     d_head = q_BTHK.shape[-1]
     f32 = jnp.promote_types(q_BTHK.dtype, jnp.float32)
     logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK.astype(f32), k_BSHK.astype(f32))
@@ -129,6 +130,8 @@ def attention_weights(q_BTHK, k_BSHK, temperature, causal: bool):
     if causal:
         mask = causal_mask(q_BTHK.shape[1], k_BSHK.shape[1])
         logits_BHTS = jnp.where(mask, logits_BHTS, -jnp.inf)
+    if kept is not None:
+        logits_BHTS = jnp.where(kept, logits_BHTS, -jnp.inf)
     return jax.nn.softmax(logits_BHTS, axis=-1)
 
 

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from simlab.core import attention, patterns, tiled, wiring
+from simlab.core import attention, head_scale, patterns, sinks, tiled, wiring
 from simlab.core.structure import PRESETS, Structure
 from simlab.core.wiring import (  # noqa: F401  (the helpers' import path before the split)
     gated_mlp,
@@ -134,10 +134,11 @@ def plain_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Attn:
     logit term k_shift q'_i . u_k is constant over j, so softmax ignores it: it is left out of
     the logits (as on the tiled path), which makes k_shift exactly invisible to the weights
     instead of invisible up to the rounding of a huge constant. `Full.k` holds the shifted keys."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
+    q, k = head_scale.shaped(spec, q, k, knobs, u_q_HK)
     k = knobs["k_scale"] * k
     if patterns.PATTERNS[spec.pattern].reads_logits:
-        w = attention.attention_weights(q, k, knobs["temperature"], spec.causal)
+        kept = sinks.attended(spec, jnp.arange(q.shape[1]), k.shape[1])
+        w = attention.attention_weights(q, k, knobs["temperature"], spec.causal, kept)
     else:  # a clamp: its full weights, built explicitly (simlab.core.patterns)
         b, t, s = q.shape[0], q.shape[1], k.shape[1]
         dtype = jnp.promote_types(q.dtype, jnp.float32)
@@ -161,7 +162,7 @@ def tiled_attention(
 ) -> Attn:
     """Tiled: scores s_ij = q'_i . k_j of the normalised keys k (the j-constant k_shift u_k . q'_i
     dropped), scalar factor k_scale / (sqrt(K) temperature) kept apart (simlab.core.tiled)."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
+    q, k = head_scale.shaped(spec, q, k, knobs, u_q_HK)
     factor = attention.scale_logits(knobs["k_scale"], spec.d_head, knobs["temperature"], q.dtype)
     b, t = q.shape[:2]
     rs = tiled.attend(
@@ -173,6 +174,7 @@ def tiled_attention(
         jnp.swapaxes(v, 1, 2),
         p["wo"],
         spec.causal,
+        lambda i_R: sinks.attended(spec, i_R, k.shape[1]),
     )
     k_mean = attention.shift_k(jnp.mean(k, axis=(0, 1)), u_k_HK, knobs)
     q_mean = jnp.mean(q, axis=(0, 1))
@@ -183,7 +185,7 @@ def pattern_attention(spec: BlockSpec, p, q, k, v, knobs, u_q_HK, u_k_HK) -> Att
     """A clamped pattern (simlab.core.patterns) on the fast path: A V W_O, the row entropy and
     maximum from the closed form in O(T D), no (B, H, T, S) array; the shaped queries and keys
     give the same token means as on the softmax paths."""
-    q, k = attention.shape_q(q, k, knobs, u_q_HK, spec.qk_norm, *rotary_of(spec))
+    q, k = head_scale.shaped(spec, q, k, knobs, u_q_HK)
     beta = patterns.beta(spec.pattern, knobs).astype(jnp.promote_types(v.dtype, jnp.float32))
     out, h_T, max_T = patterns.attend(spec.pattern, beta, v, p["wo"], spec.causal)
     shape = (q.shape[0], spec.n_heads, q.shape[1])

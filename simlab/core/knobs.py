@@ -64,6 +64,12 @@ def _sharpens_a_pattern(block, inputs) -> str | None:
     return f"block.pattern is {pattern.name!r}; pattern_beta sets the {clamps} clamps"
 
 
+def _scales_a_head(block, inputs) -> str | None:
+    if getattr(block, "scaled_head", None) is None:
+        return "block.scaled_head is not set (the head head_scale multiplies)"
+    return _reads_logits(block, inputs)
+
+
 def _has_mlp_gain(block, inputs) -> str | None:
     if not block.mlp:
         return "block.mlp is false"
@@ -194,6 +200,14 @@ for _knob in (
         INF,
         "sharpness of a clamped pattern: weight e^beta / (e^beta + n - 1) on the target key",
         inert=_sharpens_a_pattern,
+    ),
+    Knob(
+        "head_scale",
+        1.0,
+        0.0,
+        INF,
+        "multiplies head block.scaled_head's queries and keys: its logits by head_scale^2",
+        inert=_scales_a_head,
     ),
 ):
     KNOBS.register(_knob, source=BUILTIN)

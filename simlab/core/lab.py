@@ -152,6 +152,8 @@ class Lab:
             and self.tiled
             and block.qk_norm == "none"
             and PATTERNS[block.pattern].reads_logits  # a clamp has no logits to factor
+            and PATTERNS[block.pattern].keeps is None  # nor rows to mask (simlab.core.sinks)
+            and block.scaled_head is None  # nor a head of its own (simlab.core.head_scale)
             and block.rotary_dims == 0  # rotary logits depend on the positions
         )
         # metrics reading the MLP branch's output (Layer.mlp) need a kind that exposes it

@@ -60,13 +60,16 @@ class Pattern:
     target: (T, S, causal) -> (T,) integer array, the target key t_i of each query row, in
     [0, S) and attended under the causal mask (t_i <= i); None: no target (every attended key
     weighs 1 / n_i).
-    sharpens: the clamp reads the knob pattern_beta (needs a target); False: beta = 0."""
+    sharpens: the clamp reads the knob pattern_beta (needs a target); False: beta = 0.
+    keeps: for a pattern that reads the logits, (i (R, 1), j (1, S), causal) -> (R, S) bool, the
+    keys its softmax keeps besides the causal mask (simlab.core.sinks.attended); None: all."""
 
     name: str
     formula: str
     reads_logits: bool = False
     target: Callable[[int, int, bool], np.ndarray] | None = None
     sharpens: bool = False
+    keeps: Callable | None = None
 
 
 def _check_pattern(p: Pattern) -> None:
@@ -87,6 +90,10 @@ def _check_pattern(p: Pattern) -> None:
             "sharpens": (
                 isinstance(p.sharpens, bool) and (not p.sharpens or p.target is not None),
                 "must be a bool, and False without a target",
+            ),
+            "keeps": (
+                p.keeps is None or (callable(p.keeps) and p.reads_logits),
+                "must be None or callable (i, j, causal) -> kept keys, and None for a clamp",
             ),
         },
     )

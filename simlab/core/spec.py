@@ -75,6 +75,10 @@ class BlockSpec:
     sigma^2 for that matrix ("fan_in": N(0, v / fan_in); "normal", "bert": N(0, v)).
     bias_var: {bias: variance} for any of bq, bk, bv, bo, b1, b2: that bias drawn N(0, v) at init
     (else 0), drawn after every other weight so that no other spec's draws move.
+    pattern_head: the one head (0 .. n_heads - 1) that a pattern with a `keeps` rule ("sink":
+    key 0 removed, simlab.core.sinks) acts on; None: every head.
+    scaled_head: the one head whose queries and keys the knob head_scale multiplies
+    (simlab.core.head_scale); None: head_scale is inert.
     """
 
     kind: str = "post_ln"
@@ -107,6 +111,8 @@ class BlockSpec:
     head_dim: int | None = None
     init_var: tuple | None = None
     bias_var: tuple | None = None
+    pattern_head: int | None = None  # the one head a pattern with `keeps` (sink) acts on
+    scaled_head: int | None = None  # the head the knob head_scale scales (simlab.core.head_scale)
 
     def __post_init__(self):
         for f in ("init_var", "bias_var"):
@@ -206,6 +212,16 @@ class BlockSpec:
                 "rotated dims must be even"
             )
         check_positive(f"{where}.rotary_base", self.rotary_base)
+        if self.pattern_head is not None:
+            check_int(f"{where}.pattern_head", self.pattern_head, 0, self.n_heads - 1)
+            if PATTERNS[self.pattern].keeps is None:
+                keeping = ", ".join(repr(n) for n, p in PATTERNS.items() if p.keeps is not None)
+                raise ConfigError(
+                    f"{where}.pattern_head: block.pattern {self.pattern!r} acts on every head; "
+                    f"pattern_head picks the head of a head-wise pattern ({keeping})"
+                )
+        if self.scaled_head is not None:
+            check_int(f"{where}.scaled_head", self.scaled_head, 0, self.n_heads - 1)
         self._validate_structure(where)
         return self
 

@@ -103,13 +103,23 @@ def softmax_stats(s_NHRS, factor, mask_RS=None):
 
 
 def attend(
-    tiling: Tiling, score_fn: Callable, factor, query_xs, key_xs, v_BHSK, wo_HKD, causal: bool
+    tiling: Tiling,
+    score_fn: Callable,
+    factor,
+    query_xs,
+    key_xs,
+    v_BHSK,
+    wo_HKD,
+    causal: bool,
+    kept: Callable | None = None,
 ) -> RowStats:
     """Tiled softmax, statistics and (A V) W_O.
 
     query_xs: pytree of arrays with leading dims (B, Q, ...) (Q = tiling.blocks: one entry per
     block of query rows), key_xs: pytree with leading dim B, v_BHSK: the values (B, H, S, K).
-    score_fn(query tile, key group) -> unscaled scores (seqs, H, rows, S) of the tile."""
+    score_fn(query tile, key group) -> unscaled scores (seqs, H, rows, S) of the tile.
+    kept(rows i (R,)) -> the attended keys, (R, S) or per head (H, R, S) bool, the causal mask
+    included (simlab.core.sinks.attended); None: the causal mask alone."""
     t, n, q = tiling, tiling.seqs, tiling.blocks
     keys = v_BHSK.shape[2]
 
@@ -121,9 +131,12 @@ def attend(
         # softmax reductions (docs/performance.md, "Engine changes", item 2).
         s_GRS = score_fn(qx, kx)
         s_GRS = s_GRS.reshape((-1,) + s_GRS.shape[-2:])
-        mask = None
-        if causal:
-            i = b * t.rows + jnp.arange(t.rows)
+        mask, i = None, b * t.rows + jnp.arange(t.rows)
+        if kept is not None:
+            mask = kept(i)
+            if mask is not None and mask.ndim == 3:  # per head: (seqs * H, R, S), as the scores
+                mask = jnp.tile(mask, (n, 1, 1))
+        elif causal:
             mask = jnp.arange(keys)[None, :] <= i[:, None]
         e, z, h = softmax_stats(s_GRS, factor, mask)
         o_GRK = jnp.einsum("grs,gsk->grk", e, v_GSK.astype(e.dtype)) / z[..., None]

@@ -15,7 +15,8 @@ entropy, maximum), `tokens` (stable rank, a branch against its token, the mean q
 `builtin` (the first metrics, registered in a fixed order); then one module per metric family
 added since, each its functions and its registrations: `pairs` (the cosine within and between
 sequences), `heads` (per-head entropy and sink mass, dimension `head`), `position0` (the
-position-0 norm ratio). A new family is one such module (and its import below) plus its test.
+position-0 norm ratio), `positions` (the cosine and covariance measures without position 0).
+A new family is one such module (and its import below) plus its test.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from simlab.core.metrics import (  # noqa: F401
     heads,
     pairs,
     position0,
+    positions,
 )
 from simlab.core.metrics.builtin import (
     ISOSCORE_STAR_ZETA,
