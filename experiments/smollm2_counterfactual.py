@@ -298,8 +298,9 @@ def run(root: Path, corpus: str = "stdlib", seeds: int = SEEDS, layers=LAYERS) -
             "calibration": {
                 "seed": CALIBRATION,
                 "found": [[m.layer, m.ratio, m.position, list(m.dims)] for m in found],
-                "massive_dims": {str(k): (None if v is None else list(v)) for k, v in
-                                 dims.items()},  # fmt: skip
+                "massive_dims": {
+                    str(k): (None if v is None else list(v)) for k, v in dims.items()
+                },  # fmt: skip
             },
             "dims": {
                 "values": ["layer", "seed", "condition", "read", "measure"],
