@@ -29,7 +29,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from simlab.core import attention, geometry
+from simlab.core import attention, finite_sample, geometry
 from simlab.core.block import Layer
 from simlab.core.linalg import top_eigenvalue, unit_vectors
 from simlab.errors import ConfigError
@@ -314,6 +314,21 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
     docs/metrics.md), none computed by default."""
     g = geometry
     one = (0.0, 1.0)
+
+    def n_d(c: Shared) -> tuple[int, int]:  # the tokens B*T and the width D (static shapes)
+        shape = getattr(c.layer, field).shape
+        return math.prod(shape[:-1]), shape[-1]
+
+    def sample_cov(c: Shared):  # m2 / (n - 1) = C n / (n - 1): torch.cov's, the authors'
+        n, _ = n_d(c)
+        return c.covariance(field) * (n / max(n - 1, 1))
+
+    def iso(c: Shared, what: str) -> float:  # the isotropic reference at this n and d
+        n, d = n_d(c)
+        if what == "pr":
+            return finite_sample.participation_ratio_iso(n, d)
+        return finite_sample.isotropic_reference(what, n, d)
+
     rows = (
         (
             "participation_ratio",
@@ -324,7 +339,29 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
         (
             "effective_rank",
             lambda c: g.effective_rank(c.spectrum(field)),
-            "exp(entropy of C's eigenvalues / their sum) (Roy & Vetterli 2007): in [1, rank C]",
+            "exp(entropy of the centred tokens' singular values / their sum) (Roy & Vetterli "
+            "2007): in [1, rank C]",
+            (0.0, math.inf),
+        ),
+        (
+            "cov_effective_rank",
+            lambda c: g.cov_effective_rank(c.spectrum(field)),
+            "exp(entropy of C's eigenvalues / their sum): the effective rank of C, not of the "
+            "tokens (named effective_rank before issue 50): in [1, rank C]",
+            (0.0, math.inf),
+        ),
+        (
+            "participation_ratio_rel",
+            lambda c: g.participation_ratio(c.covariance(field)) / iso(c, "pr"),
+            "the participation ratio over (m D + 2) / (m + D + 1), m = B*T - 1: its harmonic "
+            "mean over isotropic Gaussian samples of the same size (simlab.core.finite_sample)",
+            (0.0, math.inf),
+        ),
+        (
+            "effective_rank_rel",
+            lambda c: g.effective_rank(c.spectrum(field)) / iso(c, "effective_rank"),
+            "the effective rank over its mean over isotropic Gaussian samples of the same B*T "
+            "and D (simlab.core.finite_sample, Monte Carlo at a fixed seed)",
             (0.0, math.inf),
         ),
         (
@@ -349,6 +386,13 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
             "isoscore_star",
             lambda c: _isoscore_star(c.covariance(field), ISOSCORE_STAR_ZETA),
             f"IsoScore* (Rudman & Eickhoff 2023), zeta {ISOSCORE_STAR_ZETA}, towards (tr C / D) I",
+            one,
+        ),
+        (
+            "isoscore_star_identity",
+            lambda c: g.isoscore_star(sample_cov(c), ISOSCORE_STAR_ZETA),
+            f"IsoScore* (Rudman & Eickhoff 2023), zeta {ISOSCORE_STAR_ZETA}, of the n - 1 "
+            "covariance (torch.cov) towards I, as the authors' code: not scale-free",
             one,
         ),
         (
