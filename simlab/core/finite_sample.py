@@ -46,6 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 REFERENCE_DRAWS = 64  # Monte Carlo draws of isotropic_reference (seed REFERENCE_SEED)
+POINT_DRAWS = 16  # the same for the measures that draw the n x d points (FROM_POINTS)
 REFERENCE_SEED = 0
 ISOSCORE_STAR_ZETA = 0.2  # as simlab.core.metrics.ISOSCORE_STAR_ZETA (the registered metric)
 
@@ -170,6 +171,7 @@ def _logsumexp(v_ND):
     return top + np.log(np.sum(np.exp(v_ND - top), 0))
 
 
+@functools.lru_cache(maxsize=256)
 def isotropic_moments(
     measure: str,
     n: int,
@@ -181,7 +183,8 @@ def isotropic_moments(
 ) -> Estimate:
     """The Monte Carlo mean and standard error of `measure` over `draws` isotropic Gaussian
     samples of n tokens in d dimensions (per-coordinate standard deviation `scale`: only the
-    measures that are not scale-free read it), seeded (module docstring)."""
+    measures that are not scale-free read it), seeded (module docstring). Cached per argument
+    tuple."""
     _check(measure, n, d)
     if measure in SPECTRAL:
         vals = spectral_measure(measure, isotropic_spectra(n, d, draws, seed), zeta)
@@ -199,20 +202,25 @@ def isotropic_reference(
 ) -> float:
     """The expected `measure` of an isotropic Gaussian sample of n tokens in d dimensions:
     the exact harmonic-mean closed form for the participation ratio, IsoScore and IsoScore*
-    (CLOSED_FORM; module docstring), else the Monte Carlo mean of REFERENCE_DRAWS draws at seed
-    REFERENCE_SEED (isotropic_moments). Cached per argument tuple."""
+    (CLOSED_FORM; module docstring), else the Monte Carlo mean of REFERENCE_DRAWS draws
+    (POINT_DRAWS for the measures that draw the points) at seed REFERENCE_SEED
+    (isotropic_moments). Cached per argument tuple."""
     _check(measure, n, d)
     if measure in CLOSED_FORM:
         return _closed_form(measure, n, d, zeta)
-    return isotropic_moments(measure, n, d, scale=scale, zeta=zeta).mean
+    draws = POINT_DRAWS if measure in FROM_POINTS else REFERENCE_DRAWS
+    return isotropic_moments(measure, n, d, draws, scale=scale, zeta=zeta).mean
 
 
 def reference_table(n: int, d: int, draws: int = REFERENCE_DRAWS, seed: int = REFERENCE_SEED):
-    """measure -> (isotropic_reference, Monte Carlo Estimate) at n tokens, d dimensions: the
-    table docs/metrics.md prints (`python -m simlab.core.finite_sample N D`)."""
-    return {
-        m: (isotropic_reference(m, n, d), isotropic_moments(m, n, d, draws, seed)) for m in MEASURES
-    }
+    """measure -> (isotropic_reference, Monte Carlo Estimate at `draws` draws, POINT_DRAWS for
+    the measures that draw the points) at n tokens, d dimensions: the table docs/metrics.md
+    prints (`python -m simlab.core.finite_sample N D [DRAWS]`)."""
+    out = {}
+    for m in MEASURES:
+        est = isotropic_moments(m, n, d, POINT_DRAWS if m in FROM_POINTS else draws, seed)
+        out[m] = (isotropic_reference(m, n, d), est)
+    return out
 
 
 def main(argv=None) -> None:
@@ -221,12 +229,12 @@ def main(argv=None) -> None:
     args = sys.argv[1:] if argv is None else argv
     n, d = int(args[0]), int(args[1])
     draws = int(args[2]) if len(args) > 2 else REFERENCE_DRAWS
-    print(f"isotropic Gaussian, n = {n} tokens, d = {d}, {draws} draws, seed {REFERENCE_SEED}")
-    print("| measure | reference | Monte Carlo mean ± s.e. |")
+    print(f"isotropic Gaussian N(0, I), n = {n} tokens, d = {d}, seed {REFERENCE_SEED}")
+    print("| measure | reference | Monte Carlo mean ± s.e. (draws) |")
     print("|---|---|---|")
     for m, (ref, est) in reference_table(n, d, draws).items():
         how = " (closed form)" if m in CLOSED_FORM else ""
-        print(f"| `{m}` | {ref:.6g}{how} | {est.mean:.6g} ± {est.sem:.2g} |")
+        print(f"| `{m}` | {ref:.6g}{how} | {est.mean:.6g} ± {est.sem:.2g} ({est.draws}) |")
 
 
 if __name__ == "__main__":

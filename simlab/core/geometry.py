@@ -23,9 +23,10 @@ metrics.md: each definition, its source, its cost and when to use which):
                        directions; O(n d^2 + d^3);
   IsoScore             Rudman et al. 2022, Algorithm 1 on the PCA variance vector (= lam):
                        lam^ = sqrt(d) lam / |lam|, delta = |lam^ - 1| / sqrt(2 (d - sqrt d)),
-                       k = (d - delta^2 (d - sqrt d))^2, phi = k / d^2, iota = (d phi - 1)/(d - 1).
+                       k = (d - delta^2 (d - sqrt d))^2 / d (the dimensions used, in [1, d]),
+                       phi = k / d (their fraction), iota = (d phi - 1) / (d - 1).
                        Expanding, |lam^ - 1|^2 = 2 d - 2 sqrt(d) sum lam / |lam| gives
-                       k = d PR exactly, so iota = (PR - 1) / (d - 1): computed so (O(n d^2));
+                       k = PR exactly, so iota = (PR - 1) / (d - 1): computed so (O(n d^2));
                        tests/core/test_geometry.py runs the algorithm step by step as the oracle;
   IsoScore*            Rudman & Eickhoff 2023: the same steps on the singular values of the
                        shrunk covariance (1 - zeta) S + zeta C0 (C0 from a larger sample, or
@@ -210,8 +211,15 @@ def effective_rank(lam_D):
     """Roy & Vetterli 2007's effective rank of the centred data X - 1 xbar^T (as RankMe,
     Garrido et al. 2023, takes it): exp(-sum_k p_k log p_k), p = sigma / sum sigma, sigma its
     singular values, from the covariance's eigenvalues lam = sigma^2 / n (the sqrt(n) cancels
-    in p): cov_effective_rank(sqrt(lam)). In [1, rank]; 0 for lam = 0."""
-    return cov_effective_rank(jnp.sqrt(lam_D))
+    in p): cov_effective_rank(sqrt(lam)). In [1, rank]; 0 for lam = 0.
+
+    Eigenvalues at or below numpy.linalg.matrix_rank's tolerance, lam_max d eps (eps of the
+    dtype), count as 0: the eigensolver does not resolve them (a zero eigenvalue comes out as
+    +-eps lam_max), and their square roots, sqrt(eps) sigma_max, would add noise to p. So in
+    float32 directions with sigma below sqrt(d eps) sigma_max (1% at d = 768) are not counted;
+    under x64, below 1e-6 (docs/metrics.md)."""
+    tol = jnp.max(lam_D) * lam_D.shape[-1] * jnp.finfo(lam_D.dtype).eps
+    return cov_effective_rank(jnp.sqrt(jnp.where(lam_D <= tol, 0.0, lam_D)))  # NaN stays NaN
 
 
 def top_share(lam_D, k: int):

@@ -49,8 +49,8 @@ def np_isoscore_algorithm(x_ND):
     var[: pca.shape[1]] = np.diag(np.atleast_2d(np.cov(pca.T)))
     var_hat = np.sqrt(d) * var / np.linalg.norm(var)
     delta = np.linalg.norm(var_hat - 1) / np.sqrt(2 * (d - np.sqrt(d)))
-    k = (d - delta**2 * (d - np.sqrt(d))) ** 2
-    phi = k / d**2
+    k = (d - delta**2 * (d - np.sqrt(d))) ** 2 / d  # the number of dimensions used
+    phi = k / d  # their fraction
     return (d * phi - 1) / (d - 1)
 
 
@@ -156,7 +156,7 @@ def test_spectral_measures_vs_numpy(seed, shape):
 
 
 def test_isoscore_is_the_participation_ratio_rescaled():
-    """k(X) = d PR exactly, so IsoScore = (PR - 1)/(d - 1): the algorithm and the identity agree
+    """k(X) = PR exactly, so IsoScore = (PR - 1)/(d - 1): the algorithm and the identity agree
     on clouds from one direction to isotropic."""
     for seed, spread in enumerate((np.r_[1.0, 0, 0, 0, 0], np.r_[3, 2, 1, 0.5, 0.1], np.ones(5))):
         x = rng(seed).standard_normal((400, 5)) * spread
