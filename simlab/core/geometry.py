@@ -217,7 +217,7 @@ def effective_rank(lam_D):
     dtype), count as 0: the eigensolver does not resolve them (a zero eigenvalue comes out as
     +-eps lam_max), and their square roots, sqrt(eps) sigma_max, would add noise to p. So in
     float32 directions with sigma below sqrt(d eps) sigma_max (1% at d = 768) are not counted;
-    under x64, below 1e-6 (docs/metrics.md)."""
+    under x64, below 4e-7 at d = 768 (docs/metrics.md, "Renamed")."""
     tol = jnp.max(lam_D) * lam_D.shape[-1] * jnp.finfo(lam_D.dtype).eps
     return cov_effective_rank(jnp.sqrt(jnp.where(lam_D <= tol, 0.0, lam_D)))  # NaN stays NaN
 
