@@ -19,22 +19,23 @@ degrees of freedom) and E[tr((nC)^2)] = m d (m + d + 1) (Wishart's second moment
 
 PR_iso is the harmonic mean of PR over isotropic samples, ~ m d / (m + d) for large m and d.
 E[PR] itself exceeds it by Jensen's gap, Var(1/PR) / E[1/PR]^3 to second order: measured by
-`isotropic_moments` (Monte Carlo), under 1e-3 relative for n d >= 1000 (docs/metrics.md). From
+`isotropic_moments` (Monte Carlo), under 2e-3 relative for n d >= 1000 (docs/metrics.md). From
 the same E[1/PR]: IsoScore = (PR - 1) / (d - 1) and IsoScore* towards (tr C / d) I, whose
 1 / PR* = a / PR + (1 - a) / d (a = (1 - zeta)^2), get the harmonic references
 (PR_iso - 1) / (d - 1) and 1 / (a E[1/PR] + (1 - a) / d) rescaled alike.
 
-Monte Carlo (every other measure): `isotropic_moments(measure, n, d, draws, seed)` draws
-`draws` samples with numpy's PCG64 generator seeded by `seed` (the same numbers on every
-machine and every call), in float64. The spectrum measures (effective rank, the covariance's
-effective rank, top-k shares, PR, IsoScore, IsoScore*) draw the spectrum of W_d(m, I) directly
-by Dumitriu & Edelman's bidiagonal model (`isotropic_spectra`; for m < d the non-zero
-eigenvalues of W_d(m, I) are those of W_m(d, I)), in O(min(m, d)^2) per draw; the measures
-that need the points (partition isotropy raw and centred, and IsoScore* with C0 = I, which is
-not scale-free) draw the n x d points themselves at per-coordinate standard deviation `scale`.
-It returns (mean, standard error of the mean).
+Monte Carlo (every other measure): `isotropic_moments(measure, n, d, draws, seed)` draws `draws`
+samples with numpy's PCG64 generator seeded by `seed` (the same draws on every machine and every
+call; the eigenvalues to LAPACK's rounding), in float64. The spectrum measures (effective rank, the
+covariance's effective rank, top-k shares, PR, IsoScore, IsoScore*) draw the spectrum of W_d(m, I)
+directly by Dumitriu & Edelman's bidiagonal model (`isotropic_spectra`; for m < d the non-zero
+eigenvalues of W_d(m, I) are those of W_m(d, I)), in O(min(m, d)^2) per draw; the measures that need
+the points (partition isotropy raw and centred, and IsoScore* with C0 = I, which is not scale-free)
+draw the n x d points themselves at per-coordinate standard deviation `scale`. It returns (mean,
+standard error of the mean).
 `isotropic_reference(measure, n, d)` is the mean: the closed form where one exists (the
-harmonic ones above), else the Monte Carlo mean at REFERENCE_DRAWS draws and seed 0.
+harmonic ones above), else the Monte Carlo mean at REFERENCE_DRAWS draws (POINT_DRAWS for the
+measures that draw the points) and seed 0.
 """
 
 from __future__ import annotations

@@ -64,14 +64,14 @@ def test_exact_inverse_pr_and_the_monte_carlo_spectra_vs_drawn_points(n, d):
 
 
 def test_harmonic_reference_is_below_the_mean_by_jensens_gap_only():
-    """PR_iso = 1/E[1/PR] <= E[PR] (Jensen), and the gap is small: below 1e-3 relative once
-    n d >= 1000 (docs/metrics.md quotes it)."""
-    for n, d in ((16, 8), (64, 32), (512, 64)):
+    """PR_iso = 1/E[1/PR] <= E[PR] (Jensen), and the gap is small: below 2e-3 relative once
+    n d >= 1000 (docs/metrics.md quotes it; n = d = 32 is near the worst there)."""
+    for n, d in ((16, 8), (32, 32), (64, 32), (512, 64)):
         est = fs.isotropic_moments("participation_ratio", n, d, draws=4000, seed=3)
         ref = fs.participation_ratio_iso(n, d)
         assert ref <= est.mean + SIGMAS * est.sem
         if n * d >= 1000:
-            assert abs(est.mean / ref - 1) < 1e-3, (n, d, est, ref)
+            assert abs(est.mean / ref - 1) < 2e-3, (n, d, est, ref)
     assert fs.participation_ratio_iso(8193, 768) == pytest.approx(8192 * 768 / (8192 + 768), 2e-3)
 
 
