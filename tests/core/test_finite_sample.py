@@ -76,6 +76,7 @@ def test_harmonic_reference_is_below_the_mean_by_jensens_gap_only():
 
 
 def test_closed_forms_of_isoscore_and_isoscore_star_follow_the_participation_ratio():
+    assert fs.ISOSCORE_STAR_ZETA == metrics.ISOSCORE_STAR_ZETA  # the registered metric's
     n, d, zeta = 40, 10, 0.2
     h = fs.inverse_pr_mean(n, d)
     assert fs.isotropic_reference("isoscore", n, d) == pytest.approx((1 / h - 1) / (d - 1))
