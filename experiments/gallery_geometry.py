@@ -62,7 +62,7 @@ ROWS = (
     ("out_mean_sq_norm", "common part ‖ybar‖²", "+"),
     ("out_variance", "private parts, the variance", "-"),
     ("out_participation_ratio", "participation ratio of the centred covariance", "-"),
-    ("out_effective_rank", "effective rank", "-"),
+    ("out_cov_effective_rank", "effective rank of the covariance's eigenvalues", "-"),
     ("out_isoscore", "IsoScore", "-"),
     ("out_pc1_share", "variance share of the top direction", "+"),
     ("out_pc10_share", "variance share of the top 10 directions", "+"),

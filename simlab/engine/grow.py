@@ -55,7 +55,7 @@ from simlab.engine import claims, records, refine, results
 from simlab.engine.config import SweepConfig, config_diff, load_config
 from simlab.engine.covariates import covariate_dims, seed_covariates
 from simlab.engine.parts import Pool, seed_range
-from simlab.engine.plain import Job, choose_layout, report_numerics
+from simlab.engine.plain import Job, check_redefined, choose_layout, report_numerics
 from simlab.engine.records import PARTS
 from simlab.engine.schedule import wait_for_results
 from simlab.engine.store import check_out_dir, explain_diff
@@ -239,6 +239,7 @@ def open_composite(job: Job, seen: dict) -> dict:
             refusal = growth_refusal(out, cur.get("config", {}), job.resolved, job.cfg)
             if refusal is not None:
                 raise refusal
+            check_redefined(job.names, records.record_rule(sj, cur), out)
         if cur is None:
             parts, history = [], []
         elif PARTS in cur:

@@ -383,6 +383,21 @@ class SweepBar(tqdm):
         return d
 
 
+def check_redefined(names, rule: int, out) -> None:
+    """A directory made under a fingerprint rule that stored a metric with its old definition
+    (simlab.core.metrics.REDEFINED) computes (or grows) no more units of it: ConfigError naming
+    the metric, so no array mixes two definitions."""
+    from simlab.core.lab import REDEFINED
+
+    for n in names:
+        if n in REDEFINED and rule <= REDEFINED[n][1]:
+            raise ConfigError(
+                f"sweep.metrics: {n!r} in {out} was stored with its old definition (now "
+                f"{REDEFINED[n][0]!r}); its missing units cannot be computed the same way: "
+                "run the sweep into a new directory (docs/metrics.md, 'Renamed')"
+            )
+
+
 def compute(job: Job, floor: int = 1) -> results.Results | None:
     """Compute the missing chunks (this writer's share) on the job's devices, then, unless a
     worker, wait for the rest, merge and save (after all validation has passed)."""
@@ -405,6 +420,8 @@ def compute(job: Job, floor: int = 1) -> results.Results | None:
             f"{total} points), computing the other {writer.missing}",
             file=sys.stderr,
         )
+    if writer.missing:
+        check_redefined(job.names, job.rule, out)
     if writer.missing and not job.quiet:  # the last setup phase, timed before the bar starts
         cache = runner.compile()
         setup_line("compile", runner.compile_s, f"cache: {cache or 'off'}")

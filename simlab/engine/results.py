@@ -377,7 +377,27 @@ def save(
 def load(path: str | os.PathLike) -> Results:
     """Load a sweep written by `simlab sweep` / `simlab.run_sweep` (a directory or its npz)."""
     d, axes, metrics, meta, covariates = records.read_results(path)
+    metrics, meta = renamed(metrics, meta, records.record_rule(d / "meta.json", meta))
     return Results(axes, metrics, meta, d, covariates)
+
+
+def renamed(metrics: dict, meta: dict, rule: int) -> tuple[dict, dict]:
+    """A stored result's metrics under the names their meaning has now: a metric whose
+    definition changed after the record's fingerprint rule (simlab.core.metrics.REDEFINED) is
+    shown under the name of its old meaning, and meta["renamed"] records old -> new."""
+    from simlab.core.lab import REDEFINED  # deferred: jax
+
+    moved = {k: REDEFINED[k][0] for k in metrics if k in REDEFINED and rule <= REDEFINED[k][1]}
+    if not moved:
+        return metrics, meta
+    metrics = {moved.get(k, k): v for k, v in metrics.items()}
+    meta = dict(meta, renamed=moved)
+    for key in ("dims", "bounds"):
+        if isinstance(meta.get(key), dict):
+            meta[key] = {moved.get(k, k): v for k, v in meta[key].items()}
+    if isinstance(meta.get("metrics"), list):
+        meta["metrics"] = [moved.get(k, k) for k in meta["metrics"]]
+    return metrics, meta
 
 
 def _xarray():

@@ -40,8 +40,9 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
 
 # fields of a config that name files: a relative one is relative to the config file's folder
 PATH_FIELDS = {"checkpoint": ("path", "ids"), "inputs": ("corpus",)}
-# values of a PATH_FIELDS field that name no path (inputs.corpus = "stdlib")
-NOT_PATHS = {("inputs", "corpus"): ("stdlib",)}
+# values of a PATH_FIELDS field that name no path (inputs.corpus = "stdlib", "kjv":
+# simlab.checkpoints.corpus.NAMED, tested equal)
+NOT_PATHS = {("inputs", "corpus"): ("stdlib", "kjv")}
 
 
 def read_config_toml(path: str | os.PathLike) -> dict[str, Any]:

@@ -49,8 +49,8 @@ def np_isoscore_algorithm(x_ND):
     var[: pca.shape[1]] = np.diag(np.atleast_2d(np.cov(pca.T)))
     var_hat = np.sqrt(d) * var / np.linalg.norm(var)
     delta = np.linalg.norm(var_hat - 1) / np.sqrt(2 * (d - np.sqrt(d)))
-    k = (d - delta**2 * (d - np.sqrt(d))) ** 2
-    phi = k / d**2
+    k = (d - delta**2 * (d - np.sqrt(d))) ** 2 / d  # the number of dimensions used
+    phi = k / d  # their fraction
     return (d * phi - 1) / (d - 1)
 
 
@@ -75,10 +75,20 @@ def np_spectrum(x_ND):
     return np.sort(np.linalg.eigvalsh(np_cov(x_ND)))[::-1].clip(0)
 
 
-def np_effective_rank(lam):
-    p = lam / lam.sum()
+def np_entropy_rank(w):
+    p = w / w.sum()
     p = p[p > 0]
     return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def np_effective_rank(x_ND):
+    """Roy & Vetterli 2007 on the singular values of the centred data (numpy's SVD)."""
+    return np_entropy_rank(np.linalg.svd(x_ND - x_ND.mean(0), compute_uv=False))
+
+
+def np_cov_effective_rank(lam):
+    """The same on the covariance's eigenvalues (simlab's effective_rank before issue 50)."""
+    return np_entropy_rank(lam)
 
 
 def np_rank_one_residual(x_BTD):
@@ -138,14 +148,15 @@ def test_spectral_measures_vs_numpy(seed, shape):
         return g.covariance(g.moments(x_BTD))
 
     check(lambda a: g.participation_ratio(cov(a)), lam.sum() ** 2 / np.sum(lam**2), x)
-    check(lambda a: g.effective_rank(g.spectrum(cov(a))), np_effective_rank(lam), x)
+    check(lambda a: g.effective_rank(g.spectrum(cov(a))), np_effective_rank(flat), x)
+    check(lambda a: g.cov_effective_rank(g.spectrum(cov(a))), np_cov_effective_rank(lam), x)
     for k in (1, 3, 10):
         check(lambda a, k=k: g.top_share(g.spectrum(cov(a)), k), lam[:k].sum() / lam.sum(), x)
     check(lambda a: g.isoscore_of(cov(a)), np_isoscore_algorithm(flat), x)
 
 
 def test_isoscore_is_the_participation_ratio_rescaled():
-    """k(X) = d PR exactly, so IsoScore = (PR - 1)/(d - 1): the algorithm and the identity agree
+    """k(X) = PR exactly, so IsoScore = (PR - 1)/(d - 1): the algorithm and the identity agree
     on clouds from one direction to isotropic."""
     for seed, spread in enumerate((np.r_[1.0, 0, 0, 0, 0], np.r_[3, 2, 1, 0.5, 0.1], np.ones(5))):
         x = rng(seed).standard_normal((400, 5)) * spread
@@ -170,6 +181,7 @@ def test_equal_spread_over_k_of_d_directions(k, d):
 
     check(lambda a: g.participation_ratio(c(a)), float(k), x)
     check(lambda a: g.effective_rank(g.spectrum(c(a))), float(k), x)
+    check(lambda a: g.cov_effective_rank(g.spectrum(c(a))), float(k), x)
     check(lambda a: g.isoscore_of(c(a)), (k - 1) / (d - 1), x)
     check(lambda a: g.top_share(g.spectrum(c(a)), k), 1.0, x)
     check(lambda a: g.top_share(g.spectrum(c(a)), 1), 1.0 / k, x)
@@ -194,7 +206,9 @@ def test_zero_covariance_uses_no_direction_and_nan_stays_nan():
     x = np.ones((2, 5, 4)) * np.r_[1.0, -2.0, 0.5, 3.0]
     c = g.covariance(g.moments(jnp.asarray(x, jnp.float32)))
     lam = g.spectrum(c)
-    for v in (g.participation_ratio(c), g.effective_rank(lam), g.top_share(lam, 1)):
+    for v in (g.participation_ratio(c), g.effective_rank(lam), g.cov_effective_rank(lam)):
+        assert float(v) == 0.0
+    for v in (g.top_share(lam, 1),):
         assert float(v) == 0.0
     assert float(g.isoscore_of(c)) == 0.0
     assert float(g.rank_one_residual(jnp.asarray(x))) == 0.0
@@ -407,7 +421,11 @@ def test_registered_geometry_metrics_read_the_right_fields():
         lam = np_spectrum(flat)
         want = {
             "participation_ratio": lam.sum() ** 2 / np.sum(lam**2),
-            "effective_rank": np_effective_rank(lam),
+            "effective_rank": np_effective_rank(flat),
+            "cov_effective_rank": np_cov_effective_rank(lam),
+            "isoscore_star_identity": np_isoscore_star(
+                np.cov(flat.T), metrics.ISOSCORE_STAR_ZETA, np.eye(8)
+            ),
             "pc1_share": lam[0] / lam.sum(),
             "pc10_share": 1.0,
             "isoscore": np_isoscore_algorithm(flat),
@@ -430,6 +448,8 @@ def test_registered_geometry_metrics_read_the_right_fields():
 GEOMETRY = (
     "participation_ratio",
     "effective_rank",
+    "cov_effective_rank",
+    "isoscore_star_identity",
     "pc1_share",
     "pc10_share",
     "isoscore",

@@ -15,7 +15,8 @@ entropy, maximum), `tokens` (stable rank, a branch against its token, the mean q
 `builtin` (the first metrics, registered in a fixed order); then one module per metric family
 added since, each its functions and its registrations: `pairs` (the cosine within and between
 sequences), `heads` (per-head entropy and sink mass, dimension `head`), `position0` (the
-position-0 norm ratio), `positions` (the cosine and covariance measures without position 0).
+position-0 norm ratio), `positions` (the cosine and covariance measures without position 0),
+`sample_size` (covariance measures against their isotropic reference at the same n and D).
 A new family is one such module (and its import below) plus its test.
 """
 
@@ -30,6 +31,7 @@ from simlab.core.metrics import (  # noqa: F401
     pairs,
     position0,
     positions,
+    sample_size,
 )
 from simlab.core.metrics.builtin import (
     ISOSCORE_STAR_ZETA,
@@ -49,6 +51,7 @@ from simlab.core.metrics.registry import (
     DIMS,
     METRICS,
     READABLE,
+    REDEFINED,
     STACK_DIM,
     Dim,
     Metric,
@@ -76,6 +79,7 @@ from simlab.core.metrics.tokens import (
 )
 
 __all__ = [
+    "REDEFINED",
     "DIMS",
     "ISOSCORE_STAR_ZETA",
     "METRICS",

@@ -85,7 +85,8 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
         (
             "effective_rank",
             lambda c: g.effective_rank(c.spectrum(field)),
-            "exp(entropy of C's eigenvalues / their sum) (Roy & Vetterli 2007): in [1, rank C]",
+            "exp(entropy of the centred tokens' singular values / their sum) (Roy & Vetterli "
+            "2007): in [1, rank C]",
             (0.0, math.inf),
         ),
         (

@@ -118,6 +118,15 @@ def _check_metric(m: Metric) -> None:
 # name -> Metric, read live (a plugin's metrics appear here once it is imported)
 METRICS: Registry[Metric] = Registry("metric", Metric, _check_metric)
 
+# Metrics whose definition changed: name -> (the name its old meaning has now, the last
+# fingerprint rule under which the name was stored with its old meaning). A stored result made
+# under that rule or an earlier one shows the values under the new name (simlab.engine.results.
+# load), and its directory computes no further units of it (simlab.engine.plain.compute), so no
+# array mixes two definitions (docs/metrics.md, "Renamed").
+REDEFINED: dict[str, tuple[str, int]] = {
+    f"{tag}_effective_rank": (f"{tag}_cov_effective_rank", 1) for tag in ("input", "out")
+}  # effective_rank: the covariance's eigenvalues until rule 1, Roy & Vetterli's singular values
+
 
 def register_metric(metric: Metric) -> Metric:
     """Add a metric (validated; a duplicate name is an error): docs/extending.md."""
