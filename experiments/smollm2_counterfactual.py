@@ -322,6 +322,8 @@ def run(root: Path, corpus: str = "stdlib", seeds: int = SEEDS, layers=LAYERS) -
         "load_before": [round(x, 2) for x in load0],
         "load_during_mean": round(float(np.mean(loads)), 2),
     }
+    if corpus in corpus_mod.PACKAGED:  # name, package, licence, size, sha256 of the file read
+        runs[corpus]["corpus"] = corpus_mod.describe(corpus)
     meta_path.write_text(json.dumps(meta, indent=1, default=str) + "\n")
 
 
