@@ -208,6 +208,20 @@ def knobs_of(lams) -> dict:
     return {k: jnp.stack([p[k] for p in pts]) for k in pts[0]}
 
 
+def prepare(ck, layers) -> tuple[dict, dict]:
+    """(programs, weights) for run_layer: the three layer programs and each studied layer's
+    upper program; per layer (its weights, the stacked weights above it or None)."""
+    progs = {pat: layer_program(ck, pat) for pat in ("softmax", "uniform", "sink")}
+    weights = {}
+    for layer in layers:
+        n_up = ck.n_layers - layer - 1
+        up = ck.stacked(range(layer + 1, ck.n_layers)) if n_up else None
+        weights[layer] = (jax.tree.map(lambda a: a[0], ck.stacked([layer])), up)
+        if n_up:
+            progs["up", layer] = upper_program(ck, n_up)
+    return progs, weights
+
+
 def run_layer(ck, layer: int, x_BTD, dims, progs, weights) -> tuple[np.ndarray, np.ndarray]:
     """(values (condition, read, measure), heads (condition, stat, head)) of one layer on one
     seed's input x; NaN where a condition is not defined (no massive dims)."""
@@ -247,14 +261,7 @@ def run(root: Path, corpus: str = "stdlib", seeds: int = SEEDS, layers=LAYERS) -
     ck, prefix, suffix = setup()
     found, dims = calibrate(ck, prefix, suffix)
     ids = corpus_ids(ck, corpus)
-    progs = {pat: layer_program(ck, pat) for pat in ("softmax", "uniform", "sink")}
-    weights = {}
-    for layer in layers:
-        n_up = ck.n_layers - layer - 1
-        up = ck.stacked(range(layer + 1, ck.n_layers)) if n_up else None
-        weights[layer] = (jax.tree.map(lambda a: a[0], ck.stacked([layer])), up)
-        if n_up:
-            progs["up", layer] = upper_program(ck, n_up)
+    progs, weights = prepare(ck, layers)
     n_heads = ck.block(1).n_heads
     values = np.full((len(layers), seeds, len(CONDITIONS), len(READS), len(MEASURES)), np.nan)
     heads = np.full((len(layers), seeds, len(CONDITIONS), len(HEAD_STATS), n_heads), np.nan)
