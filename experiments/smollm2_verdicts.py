@@ -86,9 +86,10 @@ def cell(e, measure: str) -> str:
     return f"{_num(e['mean'], measure)} ± {half} ({e['verdict']})"
 
 
-def _mean_ci(x) -> tuple[float, float]:
-    lo, hi = (float(t) for t in seed_ci(np.asarray(x), 0))
-    return float(np.mean(x, 0)), (hi - lo) / 2
+def _mean_ci(x) -> tuple[np.ndarray, np.ndarray]:
+    """Seed mean and 95% Student-t half-width over the leading (seed) axis."""
+    lo, hi = (np.asarray(t) for t in seed_ci(np.asarray(x), 0))
+    return np.mean(x, 0), (hi - lo) / 2
 
 
 def block(root: Path) -> str:
@@ -243,12 +244,12 @@ def figures(root: Path, out: Path) -> list[Path]:
         for a, m in zip(axs.flat, shown, strict=True):
             for ki, k in enumerate(EFFECTS):
                 for ci, (c, f) in enumerate(data.items()):
-                    pts = [(layer, effect(f["values"], li, k, read, m, n_tok))
-                           for li, layer in enumerate(layers)]  # fmt: skip
+                    pts = [(li, effect(f["values"], li, k, read, m, n_tok))
+                           for li in range(len(layers))]  # fmt: skip
                     pts = [(x, e) for x, e in pts if e is not None]
                     if not pts:
                         continue
-                    off = (ki - 2) * 0.28 + ci * 0.12
+                    off = (ki - 2) * 0.15 + (ci - 0.5) * 0.06
                     a.errorbar([x + off for x, _ in pts], [e["mean"] for _, e in pts],
                                [e["half"] for _, e in pts], color=f"C{ki}", ls=style[c],
                                marker="o", ms=3, capsize=2,
@@ -257,7 +258,7 @@ def figures(root: Path, out: Path) -> list[Path]:
             if m in ("pos0_norm_ratio", "participation_ratio_rest"):
                 a.set_yscale("symlog", linthresh=1.0)
             a.set(xlabel="studied layer", ylabel="condition - trained", title=LABELS[m])
-            a.set_xticks(layers)
+            a.set_xticks(range(len(layers)), [str(x) for x in layers])
             a.grid(alpha=0.3)
         axs.flat[0].legend(fontsize=6, ncol=2)
         where = "the layer's output" if read == "layer" else "the last layer's output"
