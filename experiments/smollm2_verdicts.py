@@ -114,12 +114,13 @@ def block(root: Path) -> str:
     ]
     # the trained model at the studied layers
     lines += [
-        "**The trained model at the studied layers** (the layer's output; seed mean):",
+        "**The trained model at the studied layers** (the layer's input cosine, then its output's "
+        "measures; seed mean):",
         "",
-        "| corpus | layer | cos | within | between | cos without pos 0 | pos-0 norm ratio | "
-        "PR (n 512) | PR without pos 0 (n 510) | sink mass, heads' mean | sink mass, "
-        "massive removed |",
-        "|---|---|" + "---|" * 9,
+        "| corpus | layer | input cos | cos | within | between | cos without pos 0 | "
+        "pos-0 norm ratio | PR (n 512) | PR without pos 0 (n 510) | sink mass, heads' mean | "
+        "sink mass, massive removed |",
+        "|---|---|" + "---|" * 10,
     ]
     for c in corpora:
         v, h = data[c]["values"], data[c]["heads"]
@@ -129,7 +130,8 @@ def block(root: Path) -> str:
             rm = h[li, :, CONDITIONS.index("massive removed"), 0]
             rms = "—" if np.isnan(rm).any() else f"{float(np.mean(rm)):.3f}"
             lines.append(
-                f"| {c} | {layer} | {t[0]:.4f} | {t[1]:.4f} | {t[2]:.4f} | {t[3]:.4f} | "
+                f"| {c} | {layer} | {float(np.mean(data[c]['states'][:, layer, 0])):.4f} | "
+                f"{t[0]:.4f} | {t[1]:.4f} | {t[2]:.4f} | {t[3]:.4f} | "
                 f"{t[4]:.1f} | {t[5]:.2f} | {t[6]:.2f} | {sm:.3f} | {rms} |"
             )
     lines.append("")
