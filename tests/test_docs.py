@@ -242,3 +242,16 @@ def test_printed_blocks_are_replaced_between_their_markers_only():
         replace_blocks(text, {"m": "x\n"}, mark, "doc.md")
     with pytest.raises(ValueError, match="doc.md: needs one"):
         replace_blocks(text + text, {"n": "x\n"}, mark, "doc.md")
+
+
+def test_gallery_carries_the_decoder_study_printed_from_its_data():
+    """docs/gallery.md's "On a trained decoder" block is what experiments/smollm2_verdicts.py
+    prints from the committed figures/data/smollm2_counterfactual, character for character."""
+    from conftest import doc_block, experiment_script
+
+    script = experiment_script("smollm2_verdicts")
+    got = script.block(ROOT / "figures" / "data")
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(text, script.BLOCK) == got, (
+        "run: python experiments/smollm2_verdicts.py --write"
+    )
