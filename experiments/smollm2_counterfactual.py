@@ -95,7 +95,8 @@ MEASURES = (
 COSINES = ("cos", "cos_within", "cos_between", "cos_rest")
 HEAD_STATS = ("sink_mass", "entropy")
 # massive dims at each layer's input on the calibration window (massive.find, >= 100 medians);
-# filled by `calibrate` before the run and written into meta.json; None: no spike at position 0
+# filled by `calibrate` (and written into meta.json, calibration.massive_dims); None: no spike
+# at position 0
 MASSIVE_DIMS: dict[int, tuple[int, ...] | None] = {}
 
 
@@ -138,6 +139,7 @@ def calibrate(ck, prefix, suffix) -> tuple[list, dict]:
         m = found[layer]
         ok = m.position == 0 and m.ratio >= massive.THRESHOLD
         dims[layer] = tuple(m.dims) if ok else None
+    MASSIVE_DIMS.update(dims)
     return found, dims
 
 
