@@ -244,6 +244,11 @@ READABLE = (*Layer._fields, "ids")
 # IsoScore*'s shrinkage towards the isotropic covariance in the registered metrics (another zeta:
 # isoscore_star_metric)
 ISOSCORE_STAR_ZETA = 0.2
+# the metrics of the centred covariance of all B*T tokens, which its rank (at most B*T - 1)
+# bounds: cautioned when B*T <= d_model (simlab.engine.cautions); a plugin may add its own
+RANK_BOUNDED: set[str] = set()
+_COVARIANCE_ROWS = ("participation_ratio", "effective_rank", "pc1_share", "pc10_share")
+_COVARIANCE_ROWS += ("isoscore", "isoscore_star")
 
 
 def _check_metric(m: Metric) -> None:
@@ -400,6 +405,7 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
             "(1/n) sum_t n_t |xbar_t - xbar|^2: between types; within + between = variance",
         ),
     )
+    RANK_BOUNDED.update(f"{tag}_{name}" for name in _COVARIANCE_ROWS)
     return tuple(
         Metric(f"{tag}_{name}", fn, (field,), f"{doc} ({what})", bounds, default=False)
         for name, fn, doc, bounds in rows
@@ -417,6 +423,7 @@ def isoscore_star_metric(tag: str, zeta: float) -> Metric:
     """IsoScore* of the input ("input") or the output ("out") at another zeta, to register
     (register_metric): named <tag>_isoscore_star_<zeta>."""
     field = {"input": "x", "out": "y"}[tag]
+    RANK_BOUNDED.add(f"{tag}_isoscore_star_{zeta:g}")
     return Metric(
         f"{tag}_isoscore_star_{zeta:g}",
         lambda c: _isoscore_star(c.covariance(field), zeta),

@@ -55,7 +55,7 @@ from simlab import plugins
 from simlab.checkpoints import source
 from simlab.core.knobs import KNOBS
 from simlab.core.lab import Lab, LabProtocol
-from simlab.engine import claims, memory, records, results
+from simlab.engine import cautions, claims, memory, records, results
 from simlab.engine.compile import (
     ChunkRunner,
     bytes_per_micro_batch,
@@ -130,6 +130,7 @@ def prepare(
     t0 = time.perf_counter() if t0 is None else t0
     device_list = tuple(local_devices(devices))  # validated here, before anything else
     lab, names = build_lab(cfg, lab)
+    cautions.warn(cfg, lab, names)
     cfg = resolve_dtype(resolve_micro_batch(cfg, lab))
     resolved = provenance(cfg, lab, names)
     out_dir = None if out is None else check_writable(out)
