@@ -14,7 +14,6 @@ command line), each naming the field and the bound.
 
 from __future__ import annotations
 
-import json
 import warnings
 
 from simlab.checkpoints import files
@@ -27,22 +26,14 @@ def warn(cfg, lab, names) -> None:
     rank(names, cfg.inputs.batch * cfg.inputs.length, cfg.block.d_model)
 
 
-def trained_positions(weights) -> int | None:
-    """max_position_embeddings of the weights' checkpoint (its config.json), None if unknown."""
-    path = getattr(getattr(weights, "checkpoint", None), "folder", None)
-    if path is None or not (path / files.CONFIG).is_file():
-        return None
-    n = json.loads((path / files.CONFIG).read_text()).get("max_position_embeddings")
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
-
-
 def positions(length: int, weights) -> None:
-    n = trained_positions(weights)
-    if n is not None and length > n:
+    ck = getattr(weights, "checkpoint", None)
+    n = getattr(ck, "trained_positions", 0)
+    if n and length > n:
         warnings.warn(
             f"inputs.length: {length} tokens exceed the {n} positions the checkpoint was trained "
-            f"on (max_position_embeddings of {weights.checkpoint.folder / files.CONFIG}); "
-            "positions beyond them are extrapolated",
+            f"on (max_position_embeddings of {ck.folder / files.CONFIG}); positions beyond them "
+            "are extrapolated",
             stacklevel=3,
         )
 
