@@ -31,6 +31,7 @@ from gallery_answer import MATERIAL, cell, resolution, room  # noqa: E402  (the 
 
 REGIMES = (("small drift", 0.01), ("N ~ ‖x‖", 0.55), ("large drift", 10.0))
 CLAMPS = (("shared", "shared"), ("token", "token (self)"), ("other", "token (other)"))
+CLAMPS_AND_SOFTMAX = (("softmax (lambda)", None), *((label, v) for v, label in CLAMPS))
 WORDS = {
     "raises": "raises",
     "lowers": "lowers",
@@ -173,44 +174,62 @@ def main(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(root: Path, out: Path) -> Path:
-    """The block's added global anisotropy against H / ln T at N ~ |x|: the softmax along
-    lambda and the three clamps along beta, both branches and the attention alone."""
-    from simlab import plot
-
+def series(root: Path) -> dict:
+    """label -> (x, mean, (lo, hi)) of the figure: per point the seed mean of H / ln T and of
+    out_cos_gain, and the Student-t 95% interval of the gain's mean over the seeds
+    (simlab.engine.results.seed_ci), at N ~ |x|: the softmax along lambda and the three clamps
+    along beta, both branches and the attention alone."""
     d = load(root)
     soft, clamps = d["soft"], d["clamps"]
     n = REGIMES[1][1]
-    series = {}
+    out = {}
     for branch, what in ((0, "both branches"), (1, "attention alone")):
-        i = _near(soft.axes["drift_norm"], n)
-        b = _near(soft.axes["branch"], branch)
-        series[f"softmax (lambda), {what}"] = (
-            soft.mean("attn_entropy")[i, :, b],
-            soft.mean("out_cos_gain")[i, :, b],
-        )
-        for v, label in CLAMPS:
-            r = clamps[v]
-            series[f"{label}, {what}"] = (
-                r.mean("attn_entropy")[i, :, b],
-                r.mean("out_cos_gain")[i, :, b],
-            )
-    import matplotlib.pyplot as plt
+        for label, v in CLAMPS_AND_SOFTMAX:
+            r = soft if v is None else clamps[v]
+            i, b = _near(r.axes["drift_norm"], n), _near(r.axes["branch"], branch)
+            g = r["out_cos_gain"][i, :, b]  # (points, seeds)
+            x = r.mean("attn_entropy")[i, :, b]
+            out[f"{label}, {what}"] = (x, g.mean(-1), seed_ci(g, -1))
+    return out
 
-    f, ax = plt.subplots(figsize=(9.5, 4.8))
-    f.subplots_adjust(left=0.12, right=0.68, bottom=0.12)
-    for j, (label, (x, y)) in enumerate(series.items()):
-        ls = "-" if "both" in label else ":"
-        big = "self" in label  # drawn larger, underneath "other", which it coincides with
-        ax.plot(x, y, ls, marker="os^D"[j % 4], color=f"C{j % 4}", label=label, ms=9 if big else 5)
-    ax.set_xlabel("attention entropy H / ln T (seed mean)")
-    ax.set_ylabel("out_cos_gain (seed mean)")
-    ax.set_title(
-        f"the block's added global anisotropy at N = {n:g}: softmax and clamps\n"
-        "(token (self) and token (other) coincide: the larger triangles under the diamonds)"
+
+def draw(root: Path):
+    """The figure (a matplotlib Figure): the block's added global anisotropy against H / ln T
+    at N ~ |x|, both branches (left) and the attention alone (right), each curve with its
+    seeds' 95% interval of the mean shaded (`series`). The curves share their seeds, so a
+    difference between two is resolved more finely than the overlap of their intervals shows
+    (the paired intervals: the printed tables)."""
+    from matplotlib.figure import Figure
+
+    lines = series(root)
+    n_seeds = load(root)["soft"].n_seeds
+    f = Figure(figsize=(11, 4.8))
+    axs = f.subplots(1, 2, sharey=True)
+    f.subplots_adjust(left=0.08, right=0.80, bottom=0.12, top=0.84, wspace=0.06)
+    for ax, what in zip(axs, ("both branches", "attention alone"), strict=True):
+        for j, (label, _) in enumerate(CLAMPS_AND_SOFTMAX):
+            x, y, (lo, hi) = lines[f"{label}, {what}"]
+            big = "self" in label  # drawn larger, underneath "other", which it coincides with
+            ax.fill_between(x, lo, hi, color=f"C{j}", alpha=0.15, lw=0)
+            ax.plot(x, y, "-", marker="os^D"[j], color=f"C{j}", label=label, ms=9 if big else 5)
+        ax.set_title(what, fontsize=10)
+        ax.set_xlabel("attention entropy H / ln T (seed mean)")
+        ax.grid(True, alpha=0.3)
+    axs[0].set_ylabel(f"out_cos_gain (seed mean; shaded: 95% CI, {n_seeds} seeds)")
+    axs[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    f.suptitle(
+        f"the block's added global anisotropy at N = {REGIMES[1][1]:g}: softmax and clamps\n"
+        "(token (self) and token (other) coincide: the larger triangles under the diamonds)",
+        fontsize=11,
     )
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return plot.save_figure(f, out)
+    return f
+
+
+def figure(root: Path, out: Path) -> Path:
+    """`draw` saved to `out` (simlab.plot.save_figure)."""
+    from simlab import plot
+
+    return plot.save_figure(draw(root), out)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class Checkpoint:
     vocab: int
     max_positions: int  # 0: no limit (rotary positions)
     tokenizer_json: str | None = None  # its tokenizer.json's text (None: read from the folder)
+    # the positions it was trained on (config.json's max_position_embeddings; 0: not given),
+    # beyond which rotary positions extrapolate (simlab.engine.cautions warns)
+    trained_positions: int = 0
     # dtype name -> (params, tables) as jax arrays, made on first use (on_device)
     _device: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
@@ -410,7 +413,12 @@ def load(path, where: str = "checkpoint.path") -> Checkpoint:
         n_layers=n_layers,
         vocab=arch.vocab(c),
         max_positions=arch.max_positions(c),
+        trained_positions=_trained_positions(c.cfg.get("max_position_embeddings")),
     )
+
+
+def _trained_positions(n) -> int:
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
 def step_of(name: str) -> int:

@@ -24,10 +24,12 @@ bytes, is refused in one line saying what to install:
     order, 66 books, 31,103 verses;
   * one document per chapter (1,189): its verses' texts joined by a space, as a paragraph of
     prose (no verse numbers, no headings), the documents joined by a blank line.
-A file: its text (UTF-8, undecodable bytes replaced). A folder: every file below it with no
-part of its relative path starting with a dot, in sorted order of that path, that decodes as
-UTF-8 (binary files are left out), joined by a blank line. A corpus that is empty or missing
-is refused naming the field and the path.
+A file: its text, which must be UTF-8 (a file that is not, e.g. random bytes or UTF-16, is
+refused naming the file and the offset of its first undecodable byte). A folder: every file
+below it with no part of its relative path starting with a dot, in sorted order of that path,
+that decodes as UTF-8, joined by a blank line; the files left out (binary files) are counted
+in a warning naming the first. A corpus that is empty or missing is refused naming the field
+and the path.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import importlib.util
 import json
 import sys
 import sysconfig
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -194,6 +197,35 @@ def _utf8(b: bytes) -> str | None:
         return None
 
 
+def _file_text(path: Path, where: str) -> str:
+    """A corpus file's text, refused unless it is UTF-8 (naming the first undecodable byte)."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{where}: {str(path)!r} is not UTF-8 text (byte {e.start}: {e.reason}); give a "
+            "UTF-8 text file (e.g. iconv -t UTF-8)"
+        ) from None
+
+
+def _folder_text(path: Path, where: str) -> str:
+    """A corpus folder's UTF-8 files joined; the others counted in a warning."""
+    texts, skipped = [], []
+    for f in files_of(path):
+        t = _utf8(f.read_bytes())
+        if t is None:
+            skipped.append(f.relative_to(path).as_posix())
+        else:
+            texts.append(t)
+    if skipped:
+        warnings.warn(
+            f"{where}: {len(skipped)} of {len(skipped) + len(texts)} files in {str(path)!r} "
+            f"are not UTF-8 text and are left out (the first: {skipped[0]!r})",
+            stacklevel=3,
+        )
+    return JOIN.join(texts)
+
+
 def files_of(path: Path) -> list[Path]:
     """The files a corpus path names: itself, or every file below a folder whose relative
     path has no part starting with a dot, sorted by relative POSIX path."""
@@ -221,10 +253,7 @@ def text(corpus: str, where: str = "inputs.corpus") -> str:
         raise ConfigError(
             f"{where}: {corpus!r} is neither {' nor '.join(map(repr, NAMED))} nor a file or folder"
         )
-    if path.is_file():
-        out = _decode(path.read_bytes())
-    else:  # a folder: its files that are UTF-8 text (binary files left out)
-        out = JOIN.join(t for f in files_of(path) if (t := _utf8(f.read_bytes())) is not None)
+    out = _file_text(path, where) if path.is_file() else _folder_text(path, where)
     if not out.strip():
         raise ConfigError(f"{where}: {str(path)!r} holds no text")
     return out

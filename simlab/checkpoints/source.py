@@ -106,8 +106,16 @@ def resolve_text(inputs: InputSpec, weights: Weights | None, where: str = "input
     (simlab.checkpoints.corpus.identity: the files' bytes, or the standard library's Python
     version and folder) and of the checkpoint's tokenizer.json, which together make the windows.
     A recorded text_sha256 that differs (the corpus or the tokenizer changed since the config
-    was resolved) is refused, as changed weights are. Other kinds: unchanged."""
-    if inputs.kind != "text" or weights is None:
+    was resolved) is refused, as changed weights are. Other kinds: unchanged, and a corpus
+    given to them (which they would ignore) refused."""
+    if inputs.kind != "text":
+        if inputs.corpus != corpus.STDLIB:
+            raise ConfigError(
+                f"{where}.corpus: {inputs.corpus!r} is read only by {where}.kind 'text', not "
+                f"{inputs.kind!r}; set {where}.kind = 'text' or leave {where}.corpus out"
+            )
+        return inputs
+    if weights is None:
         return inputs
     tokenizer = weights.checkpoint.tokenizer_text() or ""
     h = hashlib.sha256(corpus.identity(inputs.corpus).encode())

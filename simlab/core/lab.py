@@ -46,9 +46,10 @@ from simlab.core.block import BLOCKS
 from simlab.core.init import draws, init_params, param_shapes
 from simlab.core.inputs import INPUTS, require_weights
 from simlab.core.knobs import KNOBS, inert_knobs
-from simlab.core.metrics import (  # noqa: F401  (REDEFINED: the engine's door to it)
+from simlab.core.metrics import (  # noqa: F401  (RANK_BOUNDED, REDEFINED: the engine's door to them)
     DIMS,
     METRICS,
+    RANK_BOUNDED,
     REDEFINED,
     STACK_DIM,
     default_metrics,

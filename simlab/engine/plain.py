@@ -54,8 +54,8 @@ from tqdm.auto import tqdm
 from simlab import plugins
 from simlab.checkpoints import source
 from simlab.core.knobs import KNOBS
-from simlab.core.lab import Lab, LabProtocol
-from simlab.engine import claims, memory, records, results
+from simlab.core.lab import REDEFINED, Lab, LabProtocol
+from simlab.engine import cautions, claims, memory, records, results
 from simlab.engine.compile import (
     ChunkRunner,
     bytes_per_micro_batch,
@@ -130,6 +130,7 @@ def prepare(
     t0 = time.perf_counter() if t0 is None else t0
     device_list = tuple(local_devices(devices))  # validated here, before anything else
     lab, names = build_lab(cfg, lab)
+    cautions.warn(cfg, lab, names)
     cfg = resolve_dtype(resolve_micro_batch(cfg, lab))
     resolved = provenance(cfg, lab, names)
     out_dir = None if out is None else check_writable(out)
@@ -387,8 +388,6 @@ def check_redefined(names, rule: int, out) -> None:
     """A directory made under a fingerprint rule that stored a metric with its old definition
     (simlab.core.metrics.REDEFINED) computes (or grows) no more units of it: ConfigError naming
     the metric, so no array mixes two definitions."""
-    from simlab.core.lab import REDEFINED
-
     for n in names:
         if n in REDEFINED and rule <= REDEFINED[n][1]:
             raise ConfigError(

@@ -19,7 +19,7 @@ from simlab.plot.axes import (
     save_figure,
 )
 from simlab.plot.from_results import plot_results, sizes_label
-from simlab.plot.lines import curves
+from simlab.plot.lines import curves, factored_legend, mark_linear_band
 from simlab.plot.phase import phase_diagram
 from simlab.plot.refined import plot_refined, refined_phase_diagram
 
@@ -33,6 +33,8 @@ __all__ = [
     "THEORY_COLORS",
     "cell_edges",
     "curves",
+    "factored_legend",
+    "mark_linear_band",
     "is_log_spaced",
     "overlay_theory",
     "phase_diagram",

@@ -12,6 +12,7 @@ coordinates. The command `simlab plot` is simlab.cli.plot.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -210,11 +211,35 @@ def _check_levels(cz: np.ndarray, contour: str, levels, warn) -> None:
             warn(message)
 
 
+def checkpoint_label(meta: Mapping[str, Any]) -> str:
+    """For a sweep of trained layers (a [checkpoint] table): the model (its folder, or the
+    repository of a HuggingFace cache snapshot), its architecture, the layers and the input
+    kind (and a text kind's corpus); "" for drawn weights."""
+    cfg = meta.get("config") if isinstance(meta, Mapping) else None
+    ck = cfg.get("checkpoint") if isinstance(cfg, Mapping) else None
+    if not isinstance(ck, Mapping):
+        return ""
+    parts = PurePath(str(ck.get("path") or "?")).parts
+    repo = [p for p in parts if p.startswith("models--")]
+    model = repo[-1][len("models--") :].replace("--", "/") if repo else (parts or ("?",))[-1]
+    arch = f" ({ck['architecture']})" if ck.get("architecture") else ""
+    block = cfg.get("block") if isinstance(cfg.get("block"), Mapping) else {}
+    first, depth = int(ck.get("layer", 0)), int(block.get("depth") or 1)
+    layers = f"layer {first}" if depth == 1 else f"layers {first}-{first + depth - 1}"
+    inputs = cfg.get("inputs") if isinstance(cfg.get("inputs"), Mapping) else {}
+    kind = str(inputs.get("kind", "?"))
+    if kind == "text":
+        kind += f" ({PurePath(str(inputs.get('corpus', 'stdlib'))).name})"
+    return f"trained {model}{arch}, {layers}, on {kind} inputs"
+
+
 def _default_title(results, z_label: str, n_seeds: int, fixed: list[str]) -> str:
-    """The metric and seed count, then the sizes and the fixed axes."""
+    """The metric and seed count, then the checkpoint (trained layers), the sizes and the fixed
+    axes."""
     head = f"{z_label}, mean of {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+    trained = checkpoint_label(results.meta)
     sub = ", ".join(p for p in (sizes_label(results.meta), ", ".join(fixed)) if p)
-    return head + (f"\n{sub}" if sub else "")
+    return "\n".join(p for p in (head, trained, sub) if p)
 
 
 def plot_results(

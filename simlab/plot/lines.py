@@ -11,6 +11,28 @@ from simlab.plot.axes import new_ax, overlay_theory
 
 # What a band around a seed mean shows (`seed_band`; `simlab plot --band`)
 BANDS = ("ci", "std", "sem", "none")
+SYMLOG_LINTHRESH = 1e-3  # y_log "symlog": linear for |y| below it, logarithmic beyond
+
+
+def mark_linear_band(ax, linthresh: float = SYMLOG_LINTHRESH):
+    """Shade and label the band |y| < linthresh where a symlog axis is linear (between its
+    logarithmic decades), so that a reader does not take its spacing for a decade's; returns
+    the shaded patch."""
+    from matplotlib.transforms import blended_transform_factory
+
+    band = ax.axhspan(-linthresh, linthresh, color="0.55", alpha=0.12, lw=0, zorder=0)
+    ax.text(
+        0.995,
+        -linthresh,
+        f"linear for |y| < {linthresh:g}",
+        transform=blended_transform_factory(ax.transAxes, ax.transData),
+        ha="right",
+        va="bottom",
+        fontsize=6.5,
+        color="0.3",
+        zorder=0,
+    )
+    return band
 
 
 def seed_band(values, band: str = "ci", level: float = 0.95):
@@ -66,9 +88,9 @@ def curves(
 
     series: dict label -> (mean, band) where band is None (no band), an array s (band mean -+ s,
     e.g. one std) or a pair (lo, hi).  x_log None = auto; y_log True (log) or "symlog" (log beyond
-    +-1e-3, linear through 0, for signed values).  theory: list of (x_arr, y_arr, label)
-    dashed curves that do not change the autoscaled limits.  styles: label -> matplotlib line
-    keywords (color, ls) for that series.  Returns (fig, ax).
+    +-1e-3, linear through 0, for signed values; that band shaded and labelled).  theory: list
+    of (x_arr, y_arr, label) dashed curves that do not change the autoscaled limits.  styles:
+    label -> matplotlib line keywords (color, ls) for that series.  Returns (fig, ax).
     """
     xs = np.asarray(x, dtype=float).ravel()
     order = np.argsort(xs, kind="stable")
@@ -78,7 +100,8 @@ def curves(
     if x_log:
         ax.set_xscale("log")
     if y_log == "symlog":  # log beyond +-linthresh, linear through 0 (signed values)
-        ax.set_yscale("symlog", linthresh=1e-3, linscale=0.5)
+        ax.set_yscale("symlog", linthresh=SYMLOG_LINTHRESH, linscale=0.5)
+        mark_linear_band(ax)
     elif y_log:
         ax.set_yscale("log")
     for label, item in series.items():
@@ -102,3 +125,24 @@ def curves(
     if title:
         ax.set_title(title, fontsize=10)
     return fig, ax
+
+
+def factored_legend(ax, lines: dict, styles: dict, color: str, style: str, **kw):
+    """A legend with one entry per colour and one per line style instead of one per line:
+    `lines` maps each line's label to its labels by dimension (e.g. {"width": "d 64", "mlp":
+    "BERT MLP"}), `styles` each line's label to its keywords ("color", "ls"); `color` and
+    `style` name the dimensions the colour and the line style show (the style entries drawn
+    grey). The lines' own entries are left out, every other (theory overlays) kept after.
+    Returns the legend."""
+    from matplotlib.lines import Line2D
+
+    colors = {dims[color]: styles[k]["color"] for k, dims in lines.items()}
+    dashes = {dims[style]: styles[k]["ls"] for k, dims in lines.items()}
+    handles = [Line2D([], [], color=c, marker="o", ms=3.5, lw=1.6) for c in colors.values()]
+    handles += [Line2D([], [], color="0.35", ls=ls, lw=1.6) for ls in dashes.values()]
+    labels = [*map(str, colors), *map(str, dashes)]
+    for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+        if label not in lines:
+            handles.append(h)
+            labels.append(label)
+    return ax.legend(handles, labels, **kw)

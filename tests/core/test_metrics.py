@@ -443,10 +443,12 @@ def test_token_cos_conventions():
 @pytest.mark.slow
 def test_decomposition_metrics_conform():
     """The metrics not computed by default (so not in the registry loops of
-    tests/core/test_numerics.py), through simlab.testing on every block kind, all in one
-    compiled call: the fast paths equal the plain oracle, float64 agrees, finite and inside
-    their bounds at the extreme knobs."""
+    tests/core/test_numerics.py), through simlab.testing (those of the MLP branch on every
+    block kind, the others on a declared sample of kinds), all in one compiled call: the fast
+    paths equal the plain oracle, float64 agrees, finite and inside their bounds at the
+    extreme knobs."""
     from simlab import testing
+    from simlab.core.block import BLOCKS
 
     names = [n for n, m in metrics.METRICS.items() if not m.default]
     assert {"out_cos_within_gain", "attn_x_cos", "mlp_x_cos", "mlp_cos"} <= set(names)
@@ -454,8 +456,22 @@ def test_decomposition_metrics_conform():
     by_type = [n for n in names if "ids" in metrics.METRICS[n].reads]
     assert {"out_variance_within_type", "input_variance_between_type"} <= set(by_type)
     rest = [n for n in names if n not in by_type]
+    # every block kind for the metrics of its MLP branch's output (Layer.mlp, the kind's own
+    # token_wise_mlp); the others read what every kind's default metrics read too (x, attn,
+    # y, the weights, the ids), checked per kind by the registry loops: on a declared sample
+    # of the kinds (it was every kind: one case each, all metrics, the slowest compile of the
+    # suite), the default post-LN and the Llama kind (RMSNorm, gated MLP, rotary, GQA)
+    own = [n for n in rest if "mlp" in metrics.METRICS[n].reads]
+    assert {"mlp_x_cos", "mlp_cos"} <= set(own)
+    sample = {"post_ln", "llama"}
     # the type split needs inputs with token ids: its own cases (metric_cases picks the kinds)
-    cases = testing.metric_cases(rest) + testing.metric_cases(by_type)
+    cases = testing.metric_cases(own) + [
+        c
+        for group in ([n for n in rest if n not in own], by_type)
+        for c in testing.metric_cases(group)
+        if c.block.kind in sample
+    ]
+    assert {c.block.kind for c in cases} == set(BLOCKS) and len(cases) == len(BLOCKS) + 4
     testing.check_cases(cases, identity=False)
 
 

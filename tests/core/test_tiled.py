@@ -85,6 +85,61 @@ def test_attend_extreme_factor_is_finite_and_one_hot():
         np.testing.assert_allclose(np.asarray(got.out), want, atol=1e-6)
 
 
+def test_tiled_layer_vs_float64_softmax_attention():
+    """The default path's attention (block.tiled_attention: the softmax of a block with a norm
+    before its projections, tiled) against a numpy float64 softmax attention written from the
+    math (conftest.np_layer): logits q'_i . k'_j / (sqrt(d_head) T), q' = q_scale q + q_shift
+    u_q, k' = k_scale k + k_shift u_k; its output (A V) W_O, its row entropy in nats
+    -sum_j w_ij ln w_ij and its row maximum, causal and not, d_head = D / H = 4 with H = 4
+    heads (so sqrt(d_head) and sqrt(D) differ), tiles of 3 query rows of one sequence (both
+    tile loops run). Fast: one compiled call. Tolerance as test_attend_vs_float64_softmax."""
+    from simlab.core.block import layer_apply
+    from simlab.core.init import init_params
+
+    from conftest import np_layer
+
+    b, t, d = 2, 6, 16
+    kn = dict(q_scale=2.0, k_scale=1.5, temperature=0.8, q_shift=0.4, k_shift=0.9)
+    r = np.random.default_rng(7)
+    x = jnp.asarray(r.standard_normal((b, t, d)), jnp.float32)
+    u_q, u_k = (r.standard_normal((4, 4)) for _ in range(2))
+    u_q, u_k = (jnp.asarray(u / np.linalg.norm(u, axis=-1, keepdims=True), jnp.float32)
+                for u in (u_q, u_k))  # fmt: skip
+    specs = [
+        BlockSpec(kind="pre_ln", d_model=d, n_heads=4, depth=1, mlp=False, causal=c, init="fan_in")
+        for c in (False, True)
+    ]
+    tiling = tiled.Tiling(b, t, 1, 3)
+    for spec in specs:  # the Lab's default path for these blocks is this one
+        lab = Lab(spec, InputSpec(kind="gaussian", batch=b, length=t))
+        assert lab.tiling is not None and not lab.factor
+    p = {n: a[0] for n, a in init_params(specs[0], jax.random.PRNGKey(5), jnp.float32).items()}
+    p["wo"] = p["wo"] * 3.0  # an attention output of order 1
+    knobs = knob_arrays(kn)
+    kn1 = {k: float(v) for k, v in knobs.items()}  # every knob, for the oracle
+    got = jax.jit(lambda p, x: [layer_apply(s, p, x, knobs, u_q, u_k, tiling) for s in specs])(p, x)
+    for spec, layer in zip(specs, got, strict=True):
+        _, attn, w, _, _ = np_layer(
+            spec, p, x, {**{k: float(v) for k, v in knobs.items()}}, u_q, u_k
+        )
+        logw = np.log(np.where(w > 0, w, 1.0))
+        want = {"attn": attn, "entropy": -(w * logw).sum(-1), "max": w.max(-1)}
+        for name, g in (("attn", layer.attn), ("entropy", layer.row_entropy),
+                        ("max", layer.row_max)):  # fmt: skip
+            np.testing.assert_allclose(
+                np.asarray(g), want[name], atol=2e-5, rtol=2e-5, err_msg=f"{name} {spec.causal}"
+            )
+        # not vacuous: rows neither uniform nor one-hot on average, and sqrt(D) = 2 sqrt(d_head)
+        # in place of sqrt(d_head) (the oracle at twice the temperature) moves the entropies by
+        # far more than the tolerance; in bits (/ ln 2) they would be 44% larger
+        n_keys = np.arange(1, t + 1) if spec.causal else np.full(t, t)
+        frac = want["entropy"][..., 1:] / np.log(n_keys[1:])  # of the uniform row's
+        assert 0.2 < frac.mean() < 0.8, frac.mean()
+        w2 = np_layer(spec, p, x, {**kn1, "temperature": 2 * kn["temperature"]}, u_q, u_k)[2]
+        h2 = -(w2 * np.log(np.where(w2 > 0, w2, 1.0))).sum(-1)
+        assert np.max(np.abs(h2 - want["entropy"])) > 0.05
+
+
 def test_choose_tiling():
     """Whole sequences while they fit the budget (as many as divide the batch), else the
     largest divisor of the length in rows; never a partial tile."""

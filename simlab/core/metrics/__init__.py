@@ -50,6 +50,7 @@ from simlab.core.metrics.position0 import position0_norm_ratio
 from simlab.core.metrics.registry import (
     DIMS,
     METRICS,
+    RANK_BOUNDED,
     READABLE,
     REDEFINED,
     STACK_DIM,
@@ -79,6 +80,7 @@ from simlab.core.metrics.tokens import (
 )
 
 __all__ = [
+    "RANK_BOUNDED",
     "REDEFINED",
     "DIMS",
     "ISOSCORE_STAR_ZETA",

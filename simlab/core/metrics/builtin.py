@@ -15,7 +15,7 @@ import math
 import jax.numpy as jnp
 
 from simlab.core import geometry
-from simlab.core.metrics.registry import METRICS, Metric
+from simlab.core.metrics.registry import METRICS, RANK_BOUNDED, Metric
 from simlab.core.metrics.rows import entropy_of_rows
 from simlab.core.metrics.tokens import (
     qk_mean_stats,
@@ -28,6 +28,9 @@ from simlab.registry import BUILTIN
 # IsoScore*'s shrinkage towards the isotropic covariance in the registered metrics (another zeta:
 # isoscore_star_metric)
 ISOSCORE_STAR_ZETA = 0.2
+# the covariance measures among them, bounded by the rank of C (registry.RANK_BOUNDED)
+_COVARIANCE_ROWS = ("participation_ratio", "effective_rank", "pc1_share", "pc10_share")
+_COVARIANCE_ROWS += ("isoscore", "isoscore_star")
 
 
 def _cos_metrics(tag: str, field: str, what: str) -> tuple[Metric, Metric]:
@@ -162,6 +165,7 @@ def _geometry_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
             "(1/n) sum_t n_t |xbar_t - xbar|^2: between types; within + between = variance",
         ),
     )
+    RANK_BOUNDED.update(f"{tag}_{name}" for name in _COVARIANCE_ROWS)
     return tuple(
         Metric(f"{tag}_{name}", fn, (field,), f"{doc} ({what})", bounds, default=False)
         for name, fn, doc, bounds in rows
@@ -179,6 +183,7 @@ def isoscore_star_metric(tag: str, zeta: float) -> Metric:
     """IsoScore* of the input ("input") or the output ("out") at another zeta, to register
     (register_metric): named <tag>_isoscore_star_<zeta>."""
     field = {"input": "x", "out": "y"}[tag]
+    RANK_BOUNDED.add(f"{tag}_isoscore_star_{zeta:g}")
     return Metric(
         f"{tag}_isoscore_star_{zeta:g}",
         lambda c: _isoscore_star(c.covariance(field), zeta),

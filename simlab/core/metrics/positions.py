@@ -25,7 +25,7 @@ import math
 from simlab.core import geometry
 from simlab.core.metrics.cosine import anisotropy
 from simlab.core.metrics.pairs import FIELDS
-from simlab.core.metrics.registry import METRICS, Metric
+from simlab.core.metrics.registry import METRICS, RANK_BOUNDED, Metric
 from simlab.registry import BUILTIN
 
 
@@ -81,3 +81,4 @@ def _position_metrics(tag: str, field: str, what: str) -> tuple[Metric, ...]:
 for _tag, (_field, _what) in FIELDS.items():
     for _metric in _position_metrics(_tag, _field, _what):
         METRICS.register(_metric, source=BUILTIN)
+    RANK_BOUNDED.update(f"{_tag}_{n}" for n in ("participation_ratio_rest", "pc1_share_rest"))

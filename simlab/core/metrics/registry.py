@@ -117,6 +117,9 @@ def _check_metric(m: Metric) -> None:
 
 # name -> Metric, read live (a plugin's metrics appear here once it is imported)
 METRICS: Registry[Metric] = Registry("metric", Metric, _check_metric)
+# the metrics of the centred covariance of all B*T tokens, which its rank (at most B*T - 1)
+# bounds: cautioned when B*T <= d_model (simlab.engine.cautions); a plugin may add its own
+RANK_BOUNDED: set[str] = set()
 
 # Metrics whose definition changed: name -> (the name its old meaning has now, the last
 # fingerprint rule under which the name was stored with its old meaning). A stored result made

@@ -21,7 +21,7 @@ import math
 
 from simlab.core import finite_sample, geometry
 from simlab.core.metrics.builtin import ISOSCORE_STAR_ZETA
-from simlab.core.metrics.registry import METRICS, Metric
+from simlab.core.metrics.registry import METRICS, RANK_BOUNDED, Metric
 from simlab.core.metrics.shared import Shared
 from simlab.registry import BUILTIN
 
@@ -80,6 +80,7 @@ def _rows(field: str):
 
 for _tag, _field, _what in (("input", "x", "the layer input"), ("out", "y", "the block output")):
     for _name, _fn, _doc, _bounds in _rows(_field):
+        RANK_BOUNDED.add(f"{_tag}_{_name}")
         METRICS.register(
             Metric(f"{_tag}_{_name}", _fn, (_field,), f"{_doc} ({_what})", _bounds, False),
             source=BUILTIN,

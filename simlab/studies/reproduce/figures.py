@@ -334,11 +334,14 @@ def variants(r: Run, name: str, fig: dict) -> list[Path]:
         names = fig.get("theory", {}).get(metric, [])
         for i, t in enumerate([names] if isinstance(names, str) else names):
             _variant_theory(ax, runs, styles, t, f"{name}.toml", metric, i)
-        if (
-            len(ax.get_legend_handles_labels()[0]) > LEGEND_INSIDE
-        ):  # beside the axes, not on the data
+        if len(ax.get_legend_handles_labels()[0]) > LEGEND_INSIDE:  # beside the axes
             f.set_size_inches(plot.FIGSIZE[0] * 1.45, plot.FIGSIZE[1])
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            where = dict(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            if style:  # one entry per colour and one per line style, not per combination
+                lines = {", ".join(v.labels.values()): v.labels for v in vs}
+                plot.factored_legend(ax, lines, styles, color, style, **where)
+            else:
+                ax.legend(**where)
         file = fig.get("file", "{config}_{metric}.png").format(config=name, metric=metric)
         files.append(plot.save_figure(f, r.out / file))
     return files
