@@ -46,17 +46,17 @@ from simlab.core.block import BLOCKS
 from simlab.core.init import draws, init_params, param_shapes
 from simlab.core.inputs import INPUTS, require_weights
 from simlab.core.knobs import KNOBS, inert_knobs
-from simlab.core.metrics import (  # noqa: F401  (RANK_BOUNDED, REDEFINED: the engine's door to them)
+from simlab.core.metrics import (  # noqa: F401  (RANK_BOUNDED, redefined: the engine's door)
     DIMS,
     METRICS,
     RANK_BOUNDED,
-    REDEFINED,
     STACK_DIM,
     default_metrics,
     dim_sizes,
     layer_metrics,
     needs_full_weights,
     reads_ids,
+    redefined,
 )
 from simlab.core.patterns import PATTERNS
 from simlab.core.spec import BlockSpec, InputSpec

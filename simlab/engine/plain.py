@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 from simlab import plugins
 from simlab.checkpoints import source
 from simlab.core.knobs import KNOBS
-from simlab.core.lab import REDEFINED, Lab, LabProtocol
+from simlab.core.lab import Lab, LabProtocol, redefined
 from simlab.engine import cautions, claims, memory, records, results
 from simlab.engine.compile import (
     ChunkRunner,
@@ -388,13 +388,14 @@ def check_redefined(names, rule: int, out) -> None:
     """A directory made under a fingerprint rule that stored a metric with its old definition
     (simlab.core.metrics.REDEFINED) computes (or grows) no more units of it: ConfigError naming
     the metric, so no array mixes two definitions."""
-    for n in names:
-        if n in REDEFINED and rule <= REDEFINED[n][1]:
-            raise ConfigError(
-                f"sweep.metrics: {n!r} in {out} was stored with its old definition (now "
-                f"{REDEFINED[n][0]!r}); its missing units cannot be computed the same way: "
-                "run the sweep into a new directory (docs/metrics.md, 'Renamed')"
-            )
+    moved = redefined(names, rule)
+    if moved:
+        n, new = next(iter(moved.items()))
+        raise ConfigError(
+            f"sweep.metrics: {n!r} in {out} was stored with its old definition (now "
+            f"{new!r}); its missing units cannot be computed the same way: "
+            "run the sweep into a new directory (docs/metrics.md, 'Renamed')"
+        )
 
 
 def compute(job: Job, floor: int = 1) -> results.Results | None:

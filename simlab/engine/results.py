@@ -385,9 +385,9 @@ def renamed(metrics: dict, meta: dict, rule: int) -> tuple[dict, dict]:
     """A stored result's metrics under the names their meaning has now: a metric whose
     definition changed after the record's fingerprint rule (simlab.core.metrics.REDEFINED) is
     shown under the name of its old meaning, and meta["renamed"] records old -> new."""
-    from simlab.core.lab import REDEFINED  # deferred: jax
+    from simlab.core.lab import redefined  # deferred: jax
 
-    moved = {k: REDEFINED[k][0] for k in metrics if k in REDEFINED and rule <= REDEFINED[k][1]}
+    moved = redefined(metrics, rule)
     if not moved:
         return metrics, meta
     metrics = {moved.get(k, k): v for k, v in metrics.items()}

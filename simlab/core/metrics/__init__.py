@@ -61,6 +61,7 @@ from simlab.core.metrics.registry import (
     layer_metrics,
     needs_full_weights,
     reads_ids,
+    redefined,
     register_dim,
     register_metric,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "qk_drift",
     "qk_mean_stats",
     "reads_ids",
+    "redefined",
     "register_dim",
     "register_metric",
     "residual_ratio",

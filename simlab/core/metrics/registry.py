@@ -131,6 +131,12 @@ REDEFINED: dict[str, tuple[str, int]] = {
 }  # effective_rank: the covariance's eigenvalues until rule 1, Roy & Vetterli's singular values
 
 
+def redefined(names, rule: int) -> dict[str, str]:
+    """The names among `names` that a record of fingerprint rule `rule` stored with their old
+    definition (REDEFINED), each -> the name of that old meaning now."""
+    return {n: REDEFINED[n][0] for n in names if n in REDEFINED and rule <= REDEFINED[n][1]}
+
+
 def register_metric(metric: Metric) -> Metric:
     """Add a metric (validated; a duplicate name is an error): docs/extending.md."""
     return METRICS.register(metric)
