@@ -165,3 +165,39 @@ def test_two_sample_sizes_recompute():
         f"({dc.mean() / carried[0].mean():+.2%})"
     )
     assert re.search(r"differ in inputs\.batch \(", geo)
+
+
+def test_subset_participation_ratio_is_numpys():
+    """experiments/gallery_sequences.py's measure of a (B, T, D) subset against numpy float64
+    (centred covariance, (tr C)^2 / tr C^2 from its eigenvalues), and its subsets are the
+    first sequences whole and the first positions of every sequence, n = B T / 4 each."""
+    seq = experiment_script("gallery_sequences")
+    y = np.random.default_rng(3).standard_normal((8, 16, 12)).astype(np.float32)
+    y[:, :, 0] *= 5.0  # one direction of larger spread
+    for _, _, b, t in seq.subsets(8, 16):
+        x = y[:b, :t].reshape(-1, 12).astype(np.float64)
+        lam = np.linalg.eigvalsh(np.cov(x.T, bias=True))
+        want = lam.sum() ** 2 / np.sum(lam**2)
+        assert float(seq.participation_ratio(y[:b, :t])) == pytest.approx(want, rel=1e-5)
+    assert [(b, t) for *_, b, t in seq.subsets(16, 512)] == [(16, 512), (4, 512), (16, 128)]
+
+
+@pytest.mark.slow
+def test_sequence_subsets_run_on_the_committed_samples():
+    """At the quick sizes, the all-token participation ratio of gallery_sequences' in-memory
+    sweep is the committed quick sweep's, seed by seed (the same samples), and that of its
+    first 4 sequences the committed quick referee_geometry BERT block's (the same tokens)."""
+    seq = experiment_script("gallery_sequences")
+    try:
+        out = seq.main(2, quick=True)
+    finally:
+        seq.unregister()  # the diagnostic metrics stay out of the other tests' registry
+    from simlab.core.metrics import METRICS
+
+    assert "out_pr_first_positions" not in METRICS
+    dev = float(out.split("committed sweep's to ")[1].split(" relative")[0])
+    assert dev < 1e-6
+    # the referee's BERT block is the answer's first 4 sequences (common random numbers)
+    dev = float(out.split("geometry.toml) to ")[1].split(",")[0])
+    assert dev < 1e-5
+    assert "| every sequence, the first positions (16 x 16) | 256 | 16 |" in out
