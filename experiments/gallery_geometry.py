@@ -173,8 +173,9 @@ def main(root: Path) -> str:
         f"{lam[-1]:g} minus lambda {lam[0]:g}, paired by seed; verdicts by the rule of "
         f"experiments/gallery_geometry.py (material: {MATERIAL:.0%} of the scale; floor: the "
         "float32 resolution of the sum). Every covariance measure here is of "
-        f"{sample_size.sizes(first)}, and is compared only at that n (docs/metrics.md, "
-        '"Sample size").',
+        f"{sample_size.sizes(first)}; each is read against its isotropic reference at that n "
+        'and d below (docs/metrics.md, "Sample size"), and the one comparison across n, '
+        '"One block at two sample sizes", states both.',
         "",
     ]
     for v, label in VARIANTS:

@@ -149,7 +149,8 @@ def two_sizes(big, i_big: int, small, i_small: int, effect, drifts=()) -> list[s
         "sharpening's change (of the lambda-1 value; of PR_iso)",
         "the rule's material size, 1% of the lambda-1 value, and its verdict",
         "top direction's share: change (verdict)",
-        "population participation ratio read off the sample (Wishart's moments), lambda 1 -> 1000",
+        "population participation ratio read off the sample as i.i.d. Gaussian tokens (Wishart's "
+        "moments), lambda 1 -> 1000",
     )
     diff = differences(big, small)
     lines = [
