@@ -6,8 +6,12 @@ lambda = q_scale = k_scale 1 .. 1000, 20 seeds of stream 4001; uniform and Zipf 
     python experiments/gallery_geometry.py [figures/data]      # prints the markdown block
     python experiments/gallery_geometry.py --referee [figures/data]   # the referee's, by geometry
 
-tests/studies/test_gallery_geometry.py checks that docs/gallery.md carries this output on the
-committed data, character for character, and tests the rule below.
+The referee's block is built by experiments/gallery_geometry_referee.py; the covariance
+measures' isotropic references at each sweep's n and d, and the one block both sections judge
+read at its two n, by experiments/gallery_sample_size.py (issue 50; docs/metrics.md, "Sample
+size"). tests/test_docs.py checks that docs/gallery.md carries both outputs on the committed
+data, character for character; tests/studies/test_gallery_geometry.py tests the rule below and
+the printed reading, test_gallery_sample_size.py the sample-size math against numpy.
 
 Declared before the run (committed with the config, before its data):
   effect      sharpening = the metric at lambda 1000 minus lambda 1, paired by seed, per token
@@ -49,6 +53,9 @@ import numpy as np
 
 import simlab
 from simlab.engine.results import seed_ci
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gallery_sample_size as sample_size  # noqa: E402  (covariance measures at a stated n)
 
 VARIANTS = (("uniform", "uniform token ids"), ("zipf", "Zipf token ids (s = 1.1)"))
 REGIMES = (("small drift", 0.01), ("N ~ ‖x‖", 0.55), ("large drift", 10.0))
@@ -165,7 +172,10 @@ def main(root: Path) -> str:
         f"{cfg['sweep']['base_seed']}), token ids uniform and Zipf; effect = lambda "
         f"{lam[-1]:g} minus lambda {lam[0]:g}, paired by seed; verdicts by the rule of "
         f"experiments/gallery_geometry.py (material: {MATERIAL:.0%} of the scale; floor: the "
-        "float32 resolution of the sum).",
+        "float32 resolution of the sum). Every covariance measure here is of "
+        f"{sample_size.sizes(first)}; each is read against its isotropic reference at that n "
+        'and d below (docs/metrics.md, "Sample size"), and the one comparison across n, '
+        '"One block at two sample sizes", states both.',
         "",
     ]
     for v, label in VARIANTS:
@@ -219,8 +229,28 @@ def main(root: Path) -> str:
             "norms the cosine is the common share, no more).",
             "",
         ]
-    lines += _summary(data)
+    lines += sample_size.reference_table(data, VARIANTS, REGIMES, _drift, ROWS)
+    lines += ["", *_two_sizes(root, first), "", *_summary(data)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _drift(res, nn: float) -> int:
+    return _i(res.axes["drift_norm"], nn)
+
+
+def _two_sizes(root: Path, answer) -> list[str]:
+    """The BERT block at N ~ ‖x‖ with uniform ids, judged here at 16 x 512 tokens and in the
+    referee's questions at 4 x 512: both readings at their own n (gallery_sample_size)."""
+    bert = simlab.load(root / "referee_geometry" / "bert")
+    nn = REGIMES[1][1]
+    drifts = [(x, _drift(answer, x), _drift(bert, x)) for _, x in REGIMES]
+    return [
+        f"**One block at two sample sizes**: the BERT block with uniform token ids at N = {nn:g}, "
+        "sharpened from lambda 1 to 1000, is judged here and in \"The referee's questions, by "
+        'geometry" at different n:',
+        "",
+        *sample_size.two_sizes(answer, _drift(answer, nn), bert, _drift(bert, nn), effect, drifts),
+    ]
 
 
 def _direction(metric: str, v: str) -> int:
@@ -243,146 +273,84 @@ PARTS = {
 }
 
 
-def _views(cos: int, cov: int) -> str:
-    """How the cosine's direction and the covariance's compare."""
+def _views(cos: int, cov: int, what: str = "participation ratio") -> str:
+    """How the cosine's direction and the covariance measure's (`what`) compare."""
     if cos == cov == 0:
         return "neither moves materially"
     if cos == cov:
         return "the two views agree"
     if cos == 0 or cov == 0:
-        return "only the " + ("covariance" if cos == 0 else "cosine") + " moves materially"
+        return "only the " + (what if cos == 0 else "cosine") + " moves materially"
     return "the two views point opposite ways"
+
+
+# the words for each measure the summary names (ROWS' metrics but the three it states first)
+NAMES = {
+    "out_common_share": "the common share",
+    "out_participation_ratio": "the participation ratio",
+    "out_cov_effective_rank": "the covariance's effective rank",
+    "out_isoscore": "IsoScore",
+    "out_pc1_share": "the top direction's share",
+    "out_pc10_share": "the top 10 directions' share",
+    "out_partition_iso": "the partition isotropy",
+    "out_partition_iso_centred": "the centred partition isotropy",
+    "out_rank1_residual": "the rank-one residual",
+    "out_cos_centred": "the centred cosine",
+}
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _rated(e: dict) -> str:
+    """Every measure of NAMES grouped by what its verdict says (more anisotropic, less, no
+    material change, unresolved), each with its relative change."""
+    groups = {"more anisotropic by ": [], "less anisotropic by ": [], "no material change in ": []}
+    unresolved = []
+    for m, name in NAMES.items():
+        item = f"{name} ({e[m]['rel']:+.1%})"
+        if e[m]["verdict"] == "unresolved":
+            unresolved.append(item)
+            continue
+        key = {1: "more anisotropic by ", -1: "less anisotropic by "}.get(
+            _direction(m, e[m]["verdict"]), "no material change in "
+        )
+        groups[key].append(item)
+    out = [k + _and(v) for k, v in groups.items() if v]
+    return "; ".join(out + (["unresolved: " + _and(unresolved)] if unresolved else []))
 
 
 def _summary(data: dict) -> list[str]:
     """The sentences, each read off the verdicts above: per token distribution and drift, what
-    sharpening does to the common and the private parts, and whether the cosine (out_cos_gain)
-    and the covariance (the participation ratio; IsoScore is the same number rescaled) read the
-    same direction, the top direction's share beside it."""
+    sharpening does to the cosine, the common and the private parts, every other measure of the
+    table by its verdict, and whether the cosine (out_cos_gain) and the participation ratio
+    read the same direction."""
     out = ["**Read off the verdicts** (sharpening = lambda 1000 minus 1):", ""]
     word = {1: "more anisotropic", -1: "less anisotropic", 0: "no material change"}
     for v, label in VARIANTS:
         res = data[v]
         for _, nn in REGIMES:
-            i = _i(res.axes["drift_norm"], nn)
-            e = {m: effect(res, m, i) for m, _, _ in ROWS}
+            e = {m: effect(res, m, _drift(res, nn)) for m, _, _ in ROWS}
             cos = _direction("out_cos_gain", e["out_cos_gain"]["verdict"])
             cov = _direction("out_participation_ratio", e["out_participation_ratio"]["verdict"])
-            top = _direction("out_pc1_share", e["out_pc1_share"]["verdict"])
             common, private = e["out_mean_sq_norm"], e["out_variance"]
-            pr, pc1 = e["out_participation_ratio"], e["out_pc1_share"]
             out.append(
                 f"- {label}, N = {nn:g}: the cosine reads {word[cos]} (out_cos_gain "
                 f"{e['out_cos_gain']['rel']:+.0%} of its lambda-1 value); the common part "
                 f"{PART[common['verdict']]} ({common['rel']:+.1%}) and the private parts "
-                f"{PARTS[private['verdict']]} ({private['rel']:+.1%}); the covariance reads "
-                f"{word[cov]} (participation ratio {pr['rel']:+.1%}, IsoScore "
-                f"{e['out_isoscore']['rel']:+.1%}), the top direction's share "
-                f"{word[top]} ({pc1['rel']:+.1%}): {_views(cos, cov)}."
+                f"{PARTS[private['verdict']]} ({private['rel']:+.1%}); {_rated(e)}; the cosine "
+                f"against the participation ratio: {_views(cos, cov)}."
             )
     return out
 
 
-# experiments/referee_geometry.toml's wirings and branch sizes, in its [variants] order
-WIRINGS = (
-    ("bert", "BERT (post-LN)"),
-    ("pre_ln", "pre-LN"),
-    ("causal", "post-LN, causal"),
-    ("gpt", "pre-LN, causal (GPT)"),
-    ("gain8", "attn_gain 8"),
-    ("gain32", "attn_gain 32"),
-    ("gain64", "attn_gain 64"),
-)
-REFEREE_ROWS = (
-    "out_cos_gain",
-    "out_mean_sq_norm",
-    "out_variance",
-    "out_participation_ratio",
-    "out_pc1_share",
-)
-
-
-def _row(res, i: int, layer: int | None = None) -> tuple[list[str], str]:
-    """The cells of one case (sharpening's effect on each REFEREE_ROWS metric: the cosine gain
-    as a share of the room left, the rest relative to lambda 1, each with its verdict) and how
-    the cosine's and the covariance's directions compare."""
-    e = {m: effect(res, m, i, layer) for m in REFEREE_ROWS}
-    cells = []
-    for m in REFEREE_ROWS:
-        if m == "out_cos_gain":  # its scale is the room its input leaves (effect)
-            size = f"{e[m]['mean'] / e[m]['scale']:+.1%} of the room"
-        else:
-            size = f"{e[m]['rel']:+.1%}"
-        cells.append(f"{fmt(e[m]['mean'])} ({size}, {e[m]['verdict']})")
-    cos = _direction("out_cos_gain", e["out_cos_gain"]["verdict"])
-    cov = _direction("out_participation_ratio", e["out_participation_ratio"]["verdict"])
-    return cells, _views(cos, cov)
-
-
 def referee(root: Path) -> str:
-    """docs/gallery.md's "A referee's questions, by geometry": experiments/referee_geometry.toml
-    (the wirings and branch sizes) and referee_geometry_depth.toml (the 12-layer stack), the
-    effect of sharpening (lambda 1000 minus 1, paired by seed) by the declared rule above."""
-    data = {v: simlab.load(root / "referee_geometry" / v) for v, _ in WIRINGS}
-    depth = simlab.load(root / "referee_geometry_depth")
-    first = data[WIRINGS[0][0]]
-    cfg, lam = first.meta["config"], first.axes["lambda"]
-    head = (
-        "| case | N | out_cos_gain (share of the room) | common part ‖ybar‖² | private parts "
-        "(variance) | participation ratio | top direction's share | cosine vs covariance |"
-    )
-    lines = [
-        f"Sizes: the answer's block and tokens ({cfg['block']['kind']}, d_model "
-        f"{cfg['block']['d_model']}, {cfg['inputs']['batch']} x {cfg['inputs']['length']} "
-        f"tokens), {first.n_seeds} seeds (stream {cfg['sweep']['base_seed']}, paired with "
-        f"referee_blocks and referee_branch_size; the stack: stream "
-        f"{depth.meta['config']['sweep']['base_seed']}, paired with referee_depth); effect = "
-        f"lambda {lam[-1]:g} minus lambda {lam[0]:g}, paired by seed: the change, then (its "
-        "share of the room left for the cosine gain; relative to lambda 1 for the rest, and "
-        "the verdict of the rule above).",
-        "",
-        "**Other wirings and a larger attention branch**:",
-        "",
-        head,
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    seen = []  # every case's "cosine vs covariance", for the count below
-    for v, label in WIRINGS:
-        res = data[v]
-        for _, nn in REGIMES:
-            cells, views = _row(res, _i(res.axes["drift_norm"], nn))
-            seen.append(views)
-            lines.append(f"| {label} | {nn:g} | " + " | ".join(cells) + f" | {views} |")
-    n_layers = depth["out_cos"].shape[-1]
-    shown = sorted({0, n_layers // 2 - 1, n_layers - 1})
-    lines += [
-        "",
-        f"**Depth** ({n_layers} post-LN layers at BERT init, sharpened in every layer; what "
-        "layer L adds, at layers " + ", ".join(str(k + 1) for k in shown) + "):",
-        "",
-        head.replace("| case |", "| layer |"),
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for _, nn in REGIMES:
-        for k in shown:
-            cells, views = _row(depth, _i(depth.axes["drift_norm"], nn), k)
-            seen.append(views)
-            lines.append(f"| {k + 1} | {nn:g} | " + " | ".join(cells) + f" | {views} |")
-    lines += ["", "**Read off the verdicts:**", ""]
-    total = len(seen)
-    agree = seen.count("the two views agree")
-    opposite = seen.count("the two views point opposite ways")
-    cos_only = seen.count("only the cosine moves materially")
-    cov_only = seen.count("only the covariance moves materially")
-    none = total - agree - opposite - cos_only - cov_only
-    lines.append(
-        f"- of the {total} cases above, the cosine gain and the participation ratio read the "
-        f"same direction in {agree}, opposite directions in {opposite}; only the cosine moves "
-        f"materially in {cos_only}, only the covariance in {cov_only}"
-        + (f", neither in {none}" if none else "")
-        + "."
-    )
-    return "\n".join(lines) + "\n"
+    """docs/gallery.md's "The referee's questions, by geometry" (experiments/
+    gallery_geometry_referee.py, by the rule and words of this module)."""
+    import gallery_geometry_referee
+
+    return gallery_geometry_referee.referee(root)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,27 @@ def test_readme_numbers_are_printed_from_the_data():
     assert script._duration(21 * 60 + 41.4) == "21 min 41 s" and script._duration(54) == "54 s"
 
 
+@pytest.mark.parametrize(
+    "block, flags",
+    [("geometry", []), ("referee-geometry", ["--referee"])],
+)
+def test_gallery_geometry_blocks_are_printed_from_the_data(block, flags):
+    """docs/gallery.md's "The answer, by geometry" and "The referee's questions, by geometry"
+    blocks are what their begin markers' command prints from the committed data, character for
+    character (the covariance measures at their n and d, against their isotropic references,
+    and the one block both sections judge compared at its two n)."""
+    from conftest import doc_block, experiment_script
+
+    script = experiment_script("gallery_geometry")
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    marker = f"<!-- {block}:begin (python experiments/gallery_geometry.py "
+    assert marker + " ".join([*flags, "figures/data;"]) in text, "the marker names its command"
+    run = script.referee if flags else script.main
+    assert doc_block(text, block) == run(ROOT / "figures" / "data"), (
+        f"run: python experiments/gallery_geometry.py {' '.join(flags)} figures/data"
+    )
+
+
 def _rows(picture: str) -> dict[str, int]:
     """module -> its row in an engine picture (its continuation lines skipped)."""
     out = {}
