@@ -19,6 +19,10 @@ One run, on the current machine (docs/performance.md), every measurement in a fr
           spaced subset of the points and extrapolated, "~" in the table);
   W4      the engine's peak memory on grids of 1e3 and 1e5 points (flatness), each on a
           compilation cache filled for it first (a cold compile would add the compiler's heap);
+  M2      the decoder study's counterfactual sweep (experiments/smollm2_counterfactual.py) on
+          SmolLM2-135M (--quick: the tiny Llama GGUF fixture): simlab (decoder: the study's own
+          programs) against HF transformers' GGUF load with forward hooks, a hooked whole-model
+          forward per point (hf_decoder), as M1 otherwise (trained_decoder);
   M1      a counterfactual sweep on one trained layer (MiniLM's last; --quick: the tiny BERT
           fixture): simlab (counterfactual: Lab on Checkpoint.at(layer, ids), as
           experiments/minilm_sharpness.py) against HF transformers with forward hooks (hf_hooks;
@@ -51,9 +55,11 @@ from simlab.studies.bench.loops import run_stages, run_workload
 from simlab.studies.bench.peers import run_peer
 from simlab.studies.bench.report import format_table
 from simlab.studies.bench.trained import hooks_missing, hooks_source, run_hooks
+from simlab.studies.bench.trained_decoder import run_decoder
 from simlab.studies.bench.workers import _cpu_seconds, _foreign_cpu, machine_info, run_worker
 from simlab.studies.bench.workloads import (
     CACHED_COMPILE_S,
+    DECODERS,
     HOOKS,
     PEERS,
     QUICK,
@@ -84,6 +90,7 @@ __all__ = [
     "run_stages",
     "run_peer",
     "run_hooks",
+    "run_decoder",
     "hooks_source",
     "hooks_missing",
     "default_out_dir",
@@ -151,7 +158,8 @@ def run_bench(
         gflops = peak["gflops"]
         if n in HOOKS:
             peer = hooks_peer(n, torch_device, log)
-            w = run_hooks(n, quick, isolate, log, peer, rounds, repeats, gflops)
+            run = run_decoder if n in DECODERS else run_hooks
+            w = run(n, quick, isolate, log, peer, rounds, repeats, gflops)
         elif n in PEERS:
             w = run_peer(n, quick, gflops, isolate, log, torch_device, rounds)
         else:
