@@ -105,9 +105,10 @@ def default_out_dir() -> Path:
 
 
 def _command_line() -> str:
-    """How this run was started: `python -m benchmarks.sweep ...` or `simlab bench ...`."""
+    """How this run was started: `python -m benchmarks.sweep ...` (or another script of
+    benchmarks/, benchmarks.m2) or `simlab bench ...`."""
     prog = Path(sys.argv[0])
-    head = "python -m benchmarks.sweep" if prog.parent.name == "benchmarks" else prog.name
+    head = f"python -m benchmarks.{prog.stem}" if prog.parent.name == "benchmarks" else prog.name
     return " ".join([head] + sys.argv[1:])
 
 
