@@ -38,7 +38,7 @@ def both():
     from simlab.studies.bench import hf_decoder
 
     cfg = hooks_config("M2", quick=True)
-    path = hf_decoder.gguf_path(cfg["source"])
+    path = decoder.gguf_path(cfg["source"])
     ck = load(path)
     dims = decoder.massive_dims(cfg["massive"], cfg["layers"])
     wins = decoder.windows(ck.vocab, 2, 12, 1)

@@ -204,13 +204,17 @@ def peer_device(torch_device: str | None, names: list[str], log=print) -> str | 
 
 def hooks_peer(name: str, torch_device: str | None, log=print) -> bool:
     """Whether a hooks workload runs its HF hooks peer (saying why not when torch or
-    transformers is missing)."""
-    if torch_device is not None and not _has_hf():
+    transformers is missing, or for a GGUF model (M2) accelerate, which transformers' GGUF load
+    requires)."""
+    has = _has_hf() and (name not in DECODERS or importlib.util.find_spec("accelerate") is not None)
+    if torch_device is not None and not has:
+        gguf = name in DECODERS
+        what = "torch, transformers or accelerate" if gguf else "torch or transformers"
         log(
-            f"bench: torch or transformers is not installed, so {name} runs without its "
-            "HF hooks peer (simlab timings only): pip install -e '.[bench]'"
+            f"bench: {what} is not installed, so {name} runs without its HF hooks peer "
+            f"(simlab timings only): pip install -e '.[bench]'{' accelerate' * gguf}"
         )
-    return torch_device is not None and _has_hf()
+    return torch_device is not None and has
 
 
 def write_report(report: dict[str, Any], out_dir, tag: str | None, quick: bool) -> Path | None:

@@ -26,12 +26,13 @@ import functools
 import importlib.util
 import json
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simlab.checkpoints import load
+from simlab.checkpoints import load, models
 from simlab.checkpoints.checkpoint import run as run_layers
 from simlab.errors import ConfigError
 from simlab.studies.bench import hf_decoder
@@ -40,6 +41,15 @@ from simlab.studies.bench.workloads import ROOT
 
 STUDY = ROOT / "experiments" / "smollm2_counterfactual.py"
 STUDY_META = ROOT / "figures" / "data" / "smollm2_counterfactual" / "meta.json"
+
+
+def gguf_path(source: str) -> Path:
+    """The .gguf file of a model of simlab.checkpoints.models.MODELS, or a path (relative: to
+    the checkout)."""
+    if source in models.MODELS:
+        return models.find(source)
+    path = Path(source)
+    return path if path.is_absolute() else ROOT / path
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,7 +157,7 @@ def run(source: str, layers, massive, batch: int, length: int, n_windows: int,
     `repeats` passes over every window set (inputs, then points), the best pass the steady
     state. Returns the seconds, the FLOPs of one window set and the values of the last pass."""
     t0 = time.perf_counter()
-    ck = load(hf_decoder.gguf_path(source))
+    ck = load(gguf_path(source))
     wins = windows(ck.vocab, batch, length, n_windows)
     dims = massive_dims(massive, layers)
     t1 = time.perf_counter()

@@ -57,18 +57,6 @@ def _torch():
     return torch, transformers
 
 
-def gguf_path(source: str) -> Path:
-    """The .gguf file of a model of simlab.checkpoints.models.MODELS, or a path (relative: to
-    the checkout)."""
-    from simlab.checkpoints import models
-    from simlab.studies.bench.workloads import ROOT
-
-    if source in models.MODELS:
-        return models.find(source)
-    path = Path(source)
-    return path if path.is_absolute() else ROOT / path
-
-
 def load_model(path, dtype: str = "float32"):
     """The GGUF file as HF's LlamaModel (the decoder stack, no LM head), eager attention."""
     torch, transformers = _torch()

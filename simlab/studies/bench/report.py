@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.studies import table
+from simlab.studies.bench import trained_decoder
 from simlab.studies.bench.counterfactual import lambdas
 from simlab.studies.bench.workloads import (
     CACHED_COMPILE_S,
@@ -58,8 +59,6 @@ def format_table(report: dict[str, Any]) -> str:
         lines += [line for w in hooks if "ceiling" in w for line in ("", _hooks_verdict(w))]
     decoders = [w for w in report["workloads"] if w["name"] in DECODERS]
     if decoders:
-        from simlab.studies.bench import trained_decoder  # its runner imports the workers
-
         lines += [""] + trained_decoder.table(decoders)
     staged = [w for w in report["workloads"] if w.get("stages")]
     if staged:

@@ -237,7 +237,7 @@ def worker_decoder_hooks(
     def wins(vocab: int) -> list:  # the same ids as simlab's side
         return decoder.windows(vocab, batch, length, windows)
 
-    out = hf_decoder.run(hf_decoder.gguf_path(source), layers, dims, wins, repeats=repeats)
+    out = hf_decoder.run(decoder.gguf_path(source), layers, dims, wins, repeats=repeats)
     out.update(rss_peak_mb=_rss_mb())
     return out
 
