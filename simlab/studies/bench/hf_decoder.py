@@ -224,7 +224,7 @@ class DecoderHooks:
         """The model's forward on ids, ended after the last layer."""
         self.seen = {}
         try:
-            self.model(input_ids=ids)
+            self.model(input_ids=ids, use_cache=False)
         except _Stop:
             pass
 
