@@ -151,11 +151,12 @@ class _CompileClock:
 
 
 def run(source: str, layers, massive, batch: int, length: int, n_windows: int,
-        repeats: int = 2) -> dict:  # fmt: skip
+        repeats: int = 2, count_flops: bool = True) -> dict:  # fmt: skip
     """Time the simlab side: load (the checkpoint read), the first window set (its programs
     compiled on first use: `compile_s` the seconds JAX's compile events report within it), then
     `repeats` passes over every window set (inputs, then points), the best pass the steady
-    state. Returns the seconds, the FLOPs of one window set and the values of the last pass."""
+    state. Returns the seconds, the FLOPs of one window set (count_flops; else None) and the
+    values of the last pass."""
     t0 = time.perf_counter()
     ck = load(gguf_path(source))
     wins = windows(ck.vocab, batch, length, n_windows)
@@ -181,7 +182,8 @@ def run(source: str, layers, massive, batch: int, length: int, n_windows: int,
             inputs_s += b - a
             points_s += time.perf_counter() - b
         passes.append({"inputs_s": inputs_s, "points_s": points_s, "total_s": inputs_s + points_s})
-    flops = sweep.flops_per_window(wins[0])  # after the timed work: nothing traced ahead of it
+    # after the timed work: nothing traced ahead of it
+    flops = sweep.flops_per_window(wins[0]) if count_flops else None
     best = min(passes, key=lambda p: p["total_s"])
     return {
         "layers": list(sweep.layers),

@@ -277,12 +277,13 @@ def n_forwards(layers, dims) -> int:
     return 1 + sum(per)
 
 
-def run(path, layers, dims, windows, repeats: int = 2, threads=None) -> dict:
+def run(path, layers, dims, windows, repeats: int = 2, threads=None, count_flops=True) -> dict:
     """Time the peer on `windows` (a list of ids, or a function of the vocabulary size giving
     it): load (HF's GGUF load), one untimed pass over the first window set under
     torch's FLOP counter (torch.utils.flop_counter.FlopCounterMode: the matmul FLOPs of one
-    window set; its first-call allocations), then `repeats` passes over every window set, the
-    best one the steady state. Returns the seconds, the FLOPs and the values of the last pass."""
+    window set; its first-call allocations; without count_flops one plain forward), then
+    `repeats` passes over every window set, the best one the steady state. Returns the
+    seconds, the FLOPs (None without count_flops) and the values of the last pass."""
     torch, transformers = _torch()
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -293,8 +294,13 @@ def run(path, layers, dims, windows, repeats: int = 2, threads=None) -> dict:
     load_s = time.perf_counter() - t0
     if callable(windows):  # drawn from the model's vocabulary
         windows = windows(model.config.vocab_size)
-    with FlopCounterMode(display=False) as counter:
-        sweep(model, layers, dims, windows[:1])
+    counter = None
+    if count_flops:
+        with FlopCounterMode(display=False) as counter:
+            sweep(model, layers, dims, windows[:1])
+    else:  # one plain forward: torch's first-call allocations
+        with torch.inference_mode():
+            model(input_ids=torch.as_tensor(np.asarray(windows[0]), dtype=torch.long))
     passes = []
     for _ in range(max(1, repeats)):
         t = time.perf_counter()
@@ -309,7 +315,7 @@ def run(path, layers, dims, windows, repeats: int = 2, threads=None) -> dict:
         "forwards_per_window": n_forwards(layers, dims),
         "passes": passes,
         "steady_s": min(passes),
-        "flops_per_window": int(counter.get_total_flops()),
+        "flops_per_window": None if counter is None else int(counter.get_total_flops()),
         "values": vals.tolist(),
         "heads": heads.tolist(),
     }

@@ -43,9 +43,10 @@ def run_decoder(
     cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
     if repeats is not None:
         cfg["repeats"] = repeats
-    job = {**{k: cfg[k] for k in KEYS}, "repeats": cfg["repeats"]}
     runs = []
     for r in range(rounds):
+        # the FLOPs (the same every round) counted in the first round only
+        job = {**{k: cfg[k] for k in KEYS}, "repeats": cfg["repeats"], "count_flops": r == 0}
         tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
         log(f"  {tag}: simlab ...")
         lab = run_worker({"kind": "decoder", **job}, isolate, cache_dir="off")

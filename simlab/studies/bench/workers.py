@@ -219,17 +219,31 @@ def worker_hooks(
 
 
 def worker_decoder(
-    source: str, layers, massive, batch: int, length: int, windows: int, repeats: int
+    source: str,
+    layers,
+    massive,
+    batch: int,
+    length: int,
+    windows: int,
+    repeats: int,
+    count_flops: bool = True,
 ) -> dict[str, Any]:
     """M2's simlab side (simlab.studies.bench.decoder.run): load, compile, steady state."""
     out = _baseline()
-    out.update(decoder.run(source, layers, massive, batch, length, windows, repeats))
+    out.update(decoder.run(source, layers, massive, batch, length, windows, repeats, count_flops))
     out.update(rss_peak_mb=_rss_mb())
     return out
 
 
 def worker_decoder_hooks(
-    source: str, layers, massive, batch: int, length: int, windows: int, repeats: int
+    source: str,
+    layers,
+    massive,
+    batch: int,
+    length: int,
+    windows: int,
+    repeats: int,
+    count_flops: bool = True,
 ) -> dict[str, Any]:
     """M2's peer (simlab.studies.bench.hf_decoder.run) on the same window sets and dims."""
     dims = decoder.massive_dims(massive, layers)
@@ -237,7 +251,8 @@ def worker_decoder_hooks(
     def wins(vocab: int) -> list:  # the same ids as simlab's side
         return decoder.windows(vocab, batch, length, windows)
 
-    out = hf_decoder.run(decoder.gguf_path(source), layers, dims, wins, repeats=repeats)
+    path = decoder.gguf_path(source)
+    out = hf_decoder.run(path, layers, dims, wins, repeats=repeats, count_flops=count_flops)
     out.update(rss_peak_mb=_rss_mb())
     return out
 
