@@ -23,8 +23,10 @@ from conftest import doc_block
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_hf = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "accelerate")),
-    reason="the HF hooks peer needs torch, transformers and accelerate (pip install -e "
+    any(
+        importlib.util.find_spec(m) is None for m in ("torch", "transformers", "accelerate", "gguf")
+    ),
+    reason="the HF hooks peer needs torch, transformers, gguf and accelerate (pip install -e "
     "'.[bench,models]' accelerate)",
 )
 # float32: the two sides round differently (simlab's moments and centring against a plain
