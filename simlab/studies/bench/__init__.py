@@ -3,8 +3,9 @@
 Modules: workloads (what is measured, targets), workers (one measurement per process),
 peers (P1-P5 against PyTorch; torch_loop, the PyTorch peer), loops (W1-W4 against the JAX
 per-point loop, and memory), trained (M1; counterfactual and hf_hooks: simlab and the HF hooks
-peer on a trained layer), flops (traced FLOP counts), report (tables), refine (the refinement
-benchmark). This module runs them (`run_bench`).
+peer on a trained layer), trained_decoder (M2; decoder and hf_decoder: the decoder study's
+sweep in simlab and with HF hooks), flops (traced FLOP counts), report (tables), refine (the
+refinement benchmark). This module runs them (`run_bench`).
 
 One run, on the current machine (docs/performance.md), every measurement in a fresh subprocess:
   peak    float32 GFLOP/s of a large jitted matmul (best of several calls);
