@@ -7,7 +7,10 @@
 - "performance": the PyTorch-peer workloads P1-P5 of the benchmark run the README cites
   (RUN, a JSON file of `simlab bench`), as simlab.studies.bench.report formats them;
 - "performance-m1" (README.md, its verdict) and "m1-row" (docs/performance.md, its table): M1,
-  the counterfactual sweep on a trained layer against the HF hooks peer, from its run (RUN_M1).
+  the counterfactual sweep on a trained layer against the HF hooks peer, from its run (RUN_M1);
+- "m2-row" (docs/performance.md): M2, the decoder study's counterfactual sweep against the HF
+  hooks peer, from the run whose JSON that block names (`run_m2`; written there by
+  `python -m benchmarks.m2 --write`, absent until then).
 
     python experiments/readme_numbers.py            rewrite the blocks in README.md and docs
     python experiments/readme_numbers.py --print    print them
@@ -18,6 +21,7 @@ tests/test_docs.py checks that the files carry them character for character.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -116,9 +120,23 @@ def m1_summary(run: Path) -> str:
     )
 
 
+def run_m2(text: str) -> Path | None:
+    """M2's run: the JSON that docs/performance.md's m2-row block (`text`: the doc) names, None
+    while it names none (not measured yet)."""
+    begin = text.index("<!-- m2-row:begin")
+    found = re.search(
+        r"JSON `(benchmarks/results/[^`]+\.json)`", text[begin : text.index("<!-- m2-row:end")]
+    )
+    return ROOT / found.group(1) if found else None
+
+
 def docs_blocks() -> dict[str, str]:
-    """docs/performance.md's printed blocks (without their markers)."""
-    return {"m1-row": performance(RUN_M1, ("M1",))}
+    """docs/performance.md's printed blocks (without their markers); m2-row once measured."""
+    blocks = {"m1-row": performance(RUN_M1, ("M1",))}
+    run = run_m2(PERFORMANCE.read_text())
+    if run is not None:
+        blocks["m2-row"] = performance(run, ("M2",))
+    return blocks
 
 
 def render(text: str, blocks: dict[str, str], where: Path = README) -> str:

@@ -15,8 +15,8 @@ def add_arguments(parser) -> None:
         "--only",
         default=None,
         help="comma-separated workloads (default all: "
-        f"{','.join(list(PEERS) + list(WORKLOADS) + list(HOOKS))}; M1 where its model is "
-        "installed)",
+        f"{','.join(list(PEERS) + list(WORKLOADS) + list(HOOKS))}; M1 and M2 where their "
+        "models are installed)",
     )
     parser.add_argument(
         "--out-dir",
@@ -59,8 +59,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--torch-device",
         default="cpu",
-        help="device of the PyTorch peer loop (P1-P5): cpu or cuda; 'none' skips it (and M1's "
-        "HF hooks peer, which runs on the CPU)",
+        help="device of the PyTorch peer loop (P1-P5): cpu or cuda; 'none' skips it (and the "
+        "HF hooks peers of M1 and M2, which run on the CPU)",
     )
     parser.add_argument(
         "--in-process",

@@ -3,8 +3,9 @@
 Modules: workloads (what is measured, targets), workers (one measurement per process),
 peers (P1-P5 against PyTorch; torch_loop, the PyTorch peer), loops (W1-W4 against the JAX
 per-point loop, and memory), trained (M1; counterfactual and hf_hooks: simlab and the HF hooks
-peer on a trained layer), flops (traced FLOP counts), report (tables), refine (the refinement
-benchmark). This module runs them (`run_bench`).
+peer on a trained layer), trained_decoder (M2; decoder and hf_decoder: the decoder study's
+sweep in simlab and with HF hooks), flops (traced FLOP counts), report (tables), refine (the
+refinement benchmark). This module runs them (`run_bench`).
 
 One run, on the current machine (docs/performance.md), every measurement in a fresh subprocess:
   peak    float32 GFLOP/s of a large jitted matmul (best of several calls);
@@ -19,6 +20,10 @@ One run, on the current machine (docs/performance.md), every measurement in a fr
           spaced subset of the points and extrapolated, "~" in the table);
   W4      the engine's peak memory on grids of 1e3 and 1e5 points (flatness), each on a
           compilation cache filled for it first (a cold compile would add the compiler's heap);
+  M2      the decoder study's counterfactual sweep (experiments/smollm2_counterfactual.py) on
+          SmolLM2-135M (--quick: the tiny Llama GGUF fixture): simlab (decoder: the study's own
+          programs) against HF transformers' GGUF load with forward hooks, a hooked whole-model
+          forward per point (hf_decoder), as M1 otherwise (trained_decoder);
   M1      a counterfactual sweep on one trained layer (MiniLM's last; --quick: the tiny BERT
           fixture): simlab (counterfactual: Lab on Checkpoint.at(layer, ids), as
           experiments/minilm_sharpness.py) against HF transformers with forward hooks (hf_hooks;
@@ -51,9 +56,11 @@ from simlab.studies.bench.loops import run_stages, run_workload
 from simlab.studies.bench.peers import run_peer
 from simlab.studies.bench.report import format_table
 from simlab.studies.bench.trained import hooks_missing, hooks_source, run_hooks
+from simlab.studies.bench.trained_decoder import run_decoder
 from simlab.studies.bench.workers import _cpu_seconds, _foreign_cpu, machine_info, run_worker
 from simlab.studies.bench.workloads import (
     CACHED_COMPILE_S,
+    DECODERS,
     HOOKS,
     PEERS,
     QUICK,
@@ -84,6 +91,7 @@ __all__ = [
     "run_stages",
     "run_peer",
     "run_hooks",
+    "run_decoder",
     "hooks_source",
     "hooks_missing",
     "default_out_dir",
@@ -98,9 +106,10 @@ def default_out_dir() -> Path:
 
 
 def _command_line() -> str:
-    """How this run was started: `python -m benchmarks.sweep ...` or `simlab bench ...`."""
+    """How this run was started: `python -m benchmarks.sweep ...` (or another script of
+    benchmarks/, benchmarks.m2) or `simlab bench ...`."""
     prog = Path(sys.argv[0])
-    head = "python -m benchmarks.sweep" if prog.parent.name == "benchmarks" else prog.name
+    head = f"python -m benchmarks.{prog.stem}" if prog.parent.name == "benchmarks" else prog.name
     return " ".join([head] + sys.argv[1:])
 
 
@@ -151,7 +160,8 @@ def run_bench(
         gflops = peak["gflops"]
         if n in HOOKS:
             peer = hooks_peer(n, torch_device, log)
-            w = run_hooks(n, quick, isolate, log, peer, rounds, repeats, gflops)
+            run = run_decoder if n in DECODERS else run_hooks
+            w = run(n, quick, isolate, log, peer, rounds, repeats, gflops)
         elif n in PEERS:
             w = run_peer(n, quick, gflops, isolate, log, torch_device, rounds)
         else:
@@ -195,13 +205,17 @@ def peer_device(torch_device: str | None, names: list[str], log=print) -> str | 
 
 def hooks_peer(name: str, torch_device: str | None, log=print) -> bool:
     """Whether a hooks workload runs its HF hooks peer (saying why not when torch or
-    transformers is missing)."""
-    if torch_device is not None and not _has_hf():
+    transformers is missing, or for a GGUF model (M2) accelerate, which transformers' GGUF load
+    requires)."""
+    has = _has_hf() and (name not in DECODERS or importlib.util.find_spec("accelerate") is not None)
+    if torch_device is not None and not has:
+        gguf = name in DECODERS
+        what = "torch, transformers or accelerate" if gguf else "torch or transformers"
         log(
-            f"bench: torch or transformers is not installed, so {name} runs without its "
-            "HF hooks peer (simlab timings only): pip install -e '.[bench]'"
+            f"bench: {what} is not installed, so {name} runs without its HF hooks peer "
+            f"(simlab timings only): pip install -e '.[bench]'{' accelerate' * gguf}"
         )
-    return torch_device is not None and _has_hf()
+    return torch_device is not None and has
 
 
 def write_report(report: dict[str, Any], out_dir, tag: str | None, quick: bool) -> Path | None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from simlab.studies import table
+from simlab.studies.bench import trained_decoder
 from simlab.studies.bench.counterfactual import lambdas
 from simlab.studies.bench.workloads import (
     CACHED_COMPILE_S,
+    DECODERS,
     HOOKS,
     PEERS,
     TARGETS,
@@ -48,13 +50,16 @@ def format_table(report: dict[str, Any]) -> str:
     for w in report["workloads"]:
         if w["name"] == "W4":
             lines += ["", _w4_table(w)]
-    hooks = [w for w in report["workloads"] if w["name"] in HOOKS]
+    hooks = [w for w in report["workloads"] if w["name"] in HOOKS and w["name"] not in DECODERS]
     if hooks:
         lines += [
             "",
             table.format_table(HOOKS_COLUMNS, [_hooks_row(w) for w in hooks], markdown=True),
         ]
         lines += [line for w in hooks if "ceiling" in w for line in ("", _hooks_verdict(w))]
+    decoders = [w for w in report["workloads"] if w["name"] in DECODERS]
+    if decoders:
+        lines += [""] + trained_decoder.table(decoders)
     staged = [w for w in report["workloads"] if w.get("stages")]
     if staged:
         rows = [_stage_row(w, label, st) for w in staged for label, st in w["stages"].items()]

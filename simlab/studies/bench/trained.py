@@ -35,6 +35,8 @@ def hooks_missing(name: str, quick: bool) -> str | None:
                 f"weights only; or simlab models install {source})"
             )
         return None
+    if source.endswith(".gguf"):
+        return None if (ROOT / source).is_file() else f"GGUF file {source} is not in this checkout"
     if not (ROOT / source / "config.json").is_file():
         return f"checkpoint folder {source} is not in this checkout"
     return None

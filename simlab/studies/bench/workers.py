@@ -18,7 +18,7 @@ from simlab.engine.compile import grid_knobs
 from simlab.engine.config import load_config
 from simlab.engine.records import versions
 from simlab.engine.sweep import run_sweep
-from simlab.studies.bench import counterfactual, hf_hooks, torch_loop
+from simlab.studies.bench import counterfactual, decoder, hf_decoder, hf_hooks, torch_loop
 
 
 # ----------------------------------------------------------------------------- workers
@@ -218,6 +218,45 @@ def worker_hooks(
     return out
 
 
+def worker_decoder(
+    source: str,
+    layers,
+    massive,
+    batch: int,
+    length: int,
+    windows: int,
+    repeats: int,
+    count_flops: bool = True,
+) -> dict[str, Any]:
+    """M2's simlab side (simlab.studies.bench.decoder.run): load, compile, steady state."""
+    out = _baseline()
+    out.update(decoder.run(source, layers, massive, batch, length, windows, repeats, count_flops))
+    out.update(rss_peak_mb=_rss_mb())
+    return out
+
+
+def worker_decoder_hooks(
+    source: str,
+    layers,
+    massive,
+    batch: int,
+    length: int,
+    windows: int,
+    repeats: int,
+    count_flops: bool = True,
+) -> dict[str, Any]:
+    """M2's peer (simlab.studies.bench.hf_decoder.run) on the same window sets and dims."""
+    dims = decoder.massive_dims(massive, layers)
+
+    def wins(vocab: int) -> list:  # the same ids as simlab's side
+        return decoder.windows(vocab, batch, length, windows)
+
+    path = decoder.gguf_path(source)
+    out = hf_decoder.run(path, layers, dims, wins, repeats=repeats, count_flops=count_flops)
+    out.update(rss_peak_mb=_rss_mb())
+    return out
+
+
 WORKERS = {
     "peak": worker_peak,
     "engine": worker_engine,
@@ -226,6 +265,8 @@ WORKERS = {
     "torch": worker_torch,
     "counterfactual": worker_counterfactual,
     "hooks": worker_hooks,
+    "decoder": worker_decoder,
+    "decoder_hooks": worker_decoder_hooks,
 }
 
 

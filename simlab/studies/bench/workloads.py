@@ -31,6 +31,7 @@ TARGETS = {
     "W3": {"speedup": 1.3, "peak_fraction": 0.60},
     "W4": {"memory_ratio": 1.3},
     "M1": {"ratio": 3.0},
+    "M2": {"ratio": 3.0},
 }
 
 CACHED_COMPILE_S = 0.3
@@ -267,7 +268,25 @@ HOOKS: dict[str, dict[str, Any]] = {
         "lambdas": 9,
         "repeats": 2,
     },
+    # M2: the decoder study's counterfactual sweep (experiments/smollm2_counterfactual.py:
+    # simlab.studies.bench.decoder) against the HF hooks peer, a hooked whole-model forward per
+    # point (simlab.studies.bench.hf_decoder). source: a GGUF model of MODELS or a .gguf file;
+    # layers: the studied layers (the study's LAYERS); massive: the massive dims per layer
+    # ("study": its calibration, figures/data/smollm2_counterfactual/meta.json); one window set
+    # is one seed of the study (B = 2 windows of T = 256 tokens)
+    "M2": {
+        "title": "the decoder study's counterfactual sweep",
+        "source": "smollm2-135m",
+        "layers": [0, 1, 6, 11, 12, 20, 29],
+        "massive": "study",
+        "batch": 2,
+        "length": 256,
+        "windows": 1,
+        "repeats": 2,
+    },
 }
+# the hooks workloads on a decoder (simlab.studies.bench.trained_decoder runs them)
+DECODERS = ("M2",)
 
 # --quick: the tiny BERT fixture of the tests (2 layers, d 16, 2 heads)
 HOOKS_QUICK = {
@@ -280,10 +299,26 @@ HOOKS_QUICK = {
 }
 
 
+# M2 --quick: the tiny Llama GGUF fixture of the tests (tests/fixtures/make_gguf.py: 2 layers,
+# d 64, 4 query / 2 key-value heads, causal, rotary); it has no massive activation, so dims are
+# declared at both layers to run the intervention
+DECODER_QUICK = {
+    "source": "tests/fixtures/checkpoints/gguf/tied.gguf",
+    "layers": [0, 1],
+    "massive": {"0": [3, 7], "1": [3, 7]},
+    "batch": 2,
+    "length": 16,
+    "windows": 1,
+    "repeats": 1,
+}
+
+
 def hooks_config(name: str, quick: bool = False) -> dict[str, Any]:
-    """The settings of a hooks workload (HOOKS), with HOOKS_QUICK's sizes under --quick."""
+    """The settings of a hooks workload (HOOKS), with HOOKS_QUICK's (M2: DECODER_QUICK's) sizes
+    under --quick."""
     w = {k: v for k, v in HOOKS[name].items() if k != "title"}
-    return {**w, **(HOOKS_QUICK if quick else {})}
+    small = DECODER_QUICK if name in DECODERS else HOOKS_QUICK
+    return {**w, **(small if quick else {})}
 
 
 def hooks_title(name: str, cfg: dict[str, Any], layer: int) -> str:
