@@ -243,14 +243,19 @@ PARTS = {
 }
 
 
+NEITHER = "neither the cosine nor the participation ratio moves materially"
+ONLY = "of the cosine and the participation ratio only the {} moves materially"
+
+
 def _views(cos: int, cov: int) -> str:
-    """How the cosine's direction and the covariance's compare."""
+    """How the cosine's direction and the participation ratio's compare (those two only: the
+    other measures carry their own verdicts, and may be material where these two are not)."""
     if cos == cov == 0:
-        return "neither moves materially"
+        return NEITHER
     if cos == cov:
         return "the two views agree"
     if cos == 0 or cov == 0:
-        return "only the " + ("covariance" if cos == 0 else "cosine") + " moves materially"
+        return ONLY.format("participation ratio" if cos == 0 else "cosine")
     return "the two views point opposite ways"
 
 
@@ -372,15 +377,15 @@ def referee(root: Path) -> str:
     total = len(seen)
     agree = seen.count("the two views agree")
     opposite = seen.count("the two views point opposite ways")
-    cos_only = seen.count("only the cosine moves materially")
-    cov_only = seen.count("only the covariance moves materially")
+    cos_only = seen.count(ONLY.format("cosine"))
+    cov_only = seen.count(ONLY.format("participation ratio"))
     none = total - agree - opposite - cos_only - cov_only
     lines.append(
         f"- of the {total} cases above, the cosine gain and the participation ratio read the "
-        f"same direction in {agree}, opposite directions in {opposite}; only the cosine moves "
-        f"materially in {cos_only}, only the covariance in {cov_only}"
+        f"same direction in {agree}, opposite directions in {opposite}; of those two, only the "
+        f"cosine moves materially in {cos_only}, only the participation ratio in {cov_only}"
         + (f", neither in {none}" if none else "")
-        + "."
+        + " (the other columns carry their own verdicts)."
     )
     return "\n".join(lines) + "\n"
 

@@ -34,6 +34,7 @@ from minilm_counterfactual import (  # noqa: E402
     MEASURES,
     NAMES,
     OUT,
+    POOLS,
     READS,
 )
 
@@ -63,11 +64,11 @@ EFFECTS = (
     ("trained - uniform", "lambda 1", "uniform", "uniform"),
     ("trained - token", "lambda 1", "token at lambda 1", "token at lambda 1"),
     ("sharpening", "lambda 100", "lambda 1", "lambda 1"),
-    ("flattening", "lambda 0.01", "lambda 1", "lambda 1"),
     ("attention branch", "lambda 1", "attn_gain 0", "lambda 1"),
     ("MLP branch", "lambda 1", "mlp_gain 0", "lambda 1"),
 )
-LAST_EFFECTS = EFFECTS[:3]  # the conditions read at the last layer
+LAST_EFFECTS = ()  # read at the last layer: none (the amended protocol)
+POOL_LAST = POOLS[0]  # the pool the last layer is read on
 SHORT = {"raises": "r", "lowers": "l", "no material effect": "n", "unresolved": "u"}
 
 
@@ -160,15 +161,17 @@ def block(root: Path) -> str:
         + f". Every measure is read on the first {meta['pools'][0]} windows (n = "
         f"{meta['pools'][0] * meta['length']} tokens) and on all {meta['pools'][1]} (n = "
         f"{meta['pools'][1] * meta['length']}) of the same forward, d = {meta['d']}. Conditions "
-        "on the studied layer: lambda = q_scale = k_scale 0.01 / 1 / 100, the uniform clamp, "
-        "the token clamp at the trained layer's entropy, the attention or the MLP branch "
-        "removed. Effects a - b paired by seed (seed mean ± 95% Student-t half-width), "
-        "verdicts by experiments/gallery_geometry.py's rule (material: 1% of the room left "
-        "1 - input cos for a cosine, of |reference| for a covariance measure). The covariance "
+        "on the studied layer: lambda = q_scale = k_scale 1 (trained) and 100 (sharpened), the "
+        "uniform clamp, the token clamp at the trained layer's entropy, the attention or the MLP "
+        "branch removed; read at the layer's output. Effects a - b paired by seed (seed mean "
+        "± 95% Student-t half-width), verdicts by experiments/gallery_geometry.py's rule "
+        "(material: 1% of the room left 1 - input cos for a cosine, of |reference| for a "
+        "covariance measure). The covariance "
         "measures are over their isotropic Gaussian reference at the same n and d (/ iso: "
         "1 is an isotropic sample of that size), so a number is read against its own n, "
         "never across n. Wall time "
-        f"{meta['wall_s'] / 60:.0f} min on {meta['cpus']} shared CPUs.",
+        f"{meta['wall_s'] / 60:.0f} min on {meta['cpus']} CPUs shared with other jobs (per "
+        "seed, with the load: meta.json).",
         "",
         "**The trained model** (seed mean at lambda 1; H / ln T: the heads' mean; cosines of "
         "the layer's input → output):",
@@ -197,6 +200,8 @@ def block(root: Path) -> str:
             "|---|---|---|" + "---|" * len(layers),
         ]
         for read, (label, a, b, ref), m in rows():
+            if read == "last" and s.pool != POOL_LAST:
+                continue
             es = [s.effect(li, read, m, a, b, ref) for li in range(len(layers))]
             lines.append(
                 f"| {read} | {label} | {LABELS[m]} | " + " | ".join(cell(e) for e in es) + " |"
@@ -239,9 +244,20 @@ def write(root: Path) -> None:
         doc.write_text(replace_blocks(doc.read_text(), {BLOCK: got}, MARK, doc))
 
 
-def figures(root: Path, out: Path) -> list[Path]:
-    """One figure per effect (minilm_effect_<name>.png): per layer, the effect with its 95%
-    interval, one panel per measure, one line per setting (colour: corpus; line: pool)."""
+def file_name(label: str, read: str) -> str:
+    """minilm_effect_<effect>[_last].png."""
+    slug = label.lower().replace(" - ", "_minus_").replace(" ", "_")
+    return f"minilm_effect_{slug}{'_last' if read == 'last' else ''}.png"
+
+
+FILES = [file_name(e[0], "layer") for e in EFFECTS]
+FILES += [file_name(e[0], "last") for e in LAST_EFFECTS]
+
+
+def figures(root: Path, out: Path, only=None) -> list[Path]:
+    """One figure per effect (FILES; `only`: those named): per studied layer, the effect with
+    its 95% interval, one panel per measure, one line per setting (colour: corpus; line style:
+    pool; the last read: the 2-window pool only)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,31 +271,39 @@ def figures(root: Path, out: Path) -> list[Path]:
     paths = []
     for read, effects, ms in (("layer", EFFECTS, MEASURES), ("last", LAST_EFFECTS, COSINES)):
         for label, a, b, ref in effects:
-            fig, axs = plt.subplots(1, len(ms), figsize=(3.1 * len(ms), 3.3), squeeze=False)
-            for ax, m in zip(axs[0], ms, strict=True):
+            if only is not None and file_name(label, read) not in only:
+                continue
+            rows_ = 2 if len(ms) > len(COSINES) else 1
+            fig, axs = plt.subplots(rows_, 4, figsize=(13, 3.3 * rows_ + 0.4), squeeze=False)
+            panels = list(axs[0, : len(COSINES)]) + list(axs[1]) if rows_ == 2 else list(axs[0])
+            for ax, m in zip(panels, ms, strict=False):
                 for k, s in enumerate(sets):
+                    if read == "last" and s.pool != POOL_LAST:
+                        continue
                     es = [s.effect(li, read, m, a, b, ref) for li in range(len(layers))]
                     off = (k - 1.5) * 0.08
                     ax.errorbar([x + off for x in layers], [e["mean"] for e in es],
                                 [e["half"] for e in es], color=colour[s.corpus],
                                 ls=style[s.pool], marker="o", ms=3, capsize=2,
-                                label=f"{s.name} (n {s.n})")  # fmt: skip
+                                label=f"{s.name} (n = {s.n})")  # fmt: skip
                 ax.axhline(0, color="k", lw=0.6)
                 ax.set(xlabel="studied layer", title=LABELS[m])
                 ax.set_xticks(layers)
                 ax.grid(alpha=0.3)
-            axs[0, 0].set_ylabel(f"{label}" + (" (a - b)" if "-" not in label else ""))
-            axs[0, 0].legend(fontsize=7)
+            handles, names = panels[0].get_legend_handles_labels()
+            axs[0, 3].axis("off")  # the legend's panel
+            axs[0, 3].legend(handles, names, loc="center", fontsize=9, title="setting")
+            for r in range(rows_):
+                axs[r, 0].set_ylabel(f"{label}:\n{a} - {b}", fontsize=9)
             where = "the layer's output" if read == "layer" else "the last layer's output"
+            cov = "; covariance measures over their isotropic reference at the same n" * (rows_ > 1)
             fig.suptitle(
                 f"all-MiniLM-L6-v2, {label} at {where}: per studied layer, seed mean ± 95% CI "
-                f"({len(meta['seeds'])} seeds); covariance measures over their isotropic "
-                "reference at the same n",
+                f"({len(meta['seeds'])} seeds){cov}",
                 fontsize=10,
             )
             fig.tight_layout()
-            slug = label.replace(" - ", "_minus_").replace(" ", "_")
-            paths.append(out / f"minilm_effect_{slug}{'_last' if read == 'last' else ''}.png")
+            paths.append(out / file_name(label, read))
             fig.savefig(paths[-1], dpi=100)
             plt.close(fig)
     return paths
