@@ -1,8 +1,9 @@
-"""experiments/minilm_counterfactual.py (docs/gallery.md, "On a trained model"): its layer
-program (a knob, a single head clamped to uniform, a clamp, the layers above) against a float64
-numpy BERT layer on the tiny fixture; the clamps' beta from an entropy against an explicit row;
-the lab's own init of minilm_layers.py against numpy; the docs carry the printed block; and
-(where the model is installed: `-m model`) one layer and seed recomputed."""
+"""experiments/minilm_counterfactual.py (docs/gallery.md, "On a trained model"): its measures
+(the registered metrics) against float64 numpy definitions; its layer program (a knob, a clamp,
+the layers above, the 2- and 8-window pools) against a float64 numpy BERT layer on the tiny
+fixture; the clamps' beta from an entropy against an explicit row; the lab's own init of
+minilm_layers.py against numpy; the docs carry the block minilm_verdicts.py prints; and (where
+the model is installed: `-m model`) one layer and seed recomputed."""
 
 from __future__ import annotations
 
@@ -62,30 +63,94 @@ def _layer(ck, i):
     return {n: a[i] for n, a in ck.params.items()}
 
 
-def test_layer_program_matches_a_numpy_bert_layer_with_knobs_heads_and_clamps():
-    """Layer 0 of the tiny BERT with each condition kind, read at its output and after layer 1
-    (unchanged), equals float64 numpy; a head clamped to uniform has H / ln T = 1."""
+def _np_measures(h):
+    """MEASURES of h (B, T, D) in float64 numpy from their definitions (docs/metrics.md):
+    every ordered pair of distinct tokens visited (global, between two sequences, within one);
+    the centred covariance (1/n) sum (x - xbar)(x - xbar)^T's participation ratio
+    (tr C)^2 / tr(C^2), IsoScore (PR - 1) / (D - 1), top eigenvalue's share; Roy & Vetterli's
+    effective rank exp(H(sigma / sum sigma)) of the centred tokens' singular values."""
+    h = np.asarray(h, np.float64)
+    b, t, d = h.shape
+    u = h / np.linalg.norm(h, axis=-1, keepdims=True)
+    seq = np.repeat(np.arange(b), t)
+    g = u.reshape(-1, d) @ u.reshape(-1, d).T
+    off = ~np.eye(b * t, dtype=bool)
+    same = seq[:, None] == seq[None, :]
+    x = h.reshape(-1, d) - h.reshape(-1, d).mean(0)
+    lam = np.linalg.eigvalsh(x.T @ x / (b * t))[::-1]
+    sig = np.linalg.svd(x, compute_uv=False)
+    p = sig / sig.sum()
+    pr = lam.sum() ** 2 / np.sum(lam**2)
+    between = g[~same].mean() if b > 1 else np.nan
+    return np.array(
+        [
+            g[off].mean(),
+            between,
+            g[off & same].mean(),
+            pr,
+            (pr - 1) / (d - 1),
+            lam[0] / lam.sum(),
+            np.exp(-np.sum(p * np.log(p))),
+        ]  # fmt: skip
+    )
+
+
+def test_measures_are_the_registered_metrics_and_equal_numpy():
+    """minilm_counterfactual.measures (the registry's functions on a layer output) against the
+    float64 numpy definitions; its pools are the first 2 and all windows; a covariance measure
+    over finite_sample's reference equals the registered `_rel` metric."""
+    from simlab.core import finite_sample, metrics
+    from simlab.core.block import Layer
+
+    mod = experiment_script("minilm_counterfactual")
+    assert set(mod.MEASURES) <= set(metrics.METRICS)
+    h = np.random.default_rng(1).normal(0.3, 1.0, (4, 6, 5))
+    with jax.enable_x64(True):
+        got = np.asarray(mod.measures(h))
+        np.testing.assert_allclose(got, _np_measures(h), rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(mod.pooled(h))[0], _np_measures(h[:2]), rtol=1e-10)
+        z = np.zeros(1)
+        rel = metrics.layer_metrics(
+            ("out_participation_ratio_rel", "out_effective_rank_rel"), False,
+            Layer(h, h, h, z, z, z, z, None),
+        )  # fmt: skip
+    verdicts = experiment_script("minilm_verdicts")
+    for name, m in (("out_participation_ratio_rel", "out_participation_ratio"),
+                    ("out_effective_rank_rel", "out_effective_rank")):  # fmt: skip
+        ref = verdicts.reference(m, 24, 5)
+        assert ref == finite_sample.isotropic_reference(verdicts.REFERENCE[m], 24, 5)
+        np.testing.assert_allclose(float(rel[name]), got[mod.MEASURES.index(m)] / ref, rtol=1e-9)
+
+
+def test_layer_program_matches_a_numpy_bert_layer_with_knobs_and_clamps():
+    """Layer 0 of the tiny BERT with each condition kind equals float64 numpy: read on the
+    first 2 windows and on all, and after layer 1 (unchanged) on the first 2 windows."""
     mod = experiment_script("minilm_counterfactual")
     ck = load(FIXTURES / "bert")
     eps = ck.block().ln_eps
     x = np.random.default_rng(0).normal(0, 1, (3, 7, 16))
     items = [{"lambda": 3.0}, {"temperature": 0.5}, {"attn_gain": 0.0}, {"mlp_gain": 0.0},
-             {"sink": 0}, {"sink": 1}, {"lambda": 0.01}]  # fmt: skip
+             {"lambda": 0.01}]  # fmt: skip
     want_kw = [dict(lam=3.0), dict(temp=0.5), dict(attn_gain=0.0), dict(mlp_gain=0.0),
-               dict(head=1), dict(head=0), dict(lam=0.01)]  # fmt: skip
+               dict(lam=0.01)]  # fmt: skip
+
+    def want(y):
+        last, _ = _np_layer(y[:2], _layer(ck, 1), eps)
+        return np.stack([_np_measures(y[:2]), _np_measures(y)]), _np_measures(last)
+
     with jax.enable_x64(True):
-        kn = mod._knobs(items, (1, 0), n_heads=2)
+        kn = mod._knobs(items, n_heads=2)
         p0, p1 = ck.stacked([0]), ck.stacked([1])
         p0 = jax.tree.map(lambda a: a[0], p0)
         prog = mod.layer_program(ck, 0, "softmax")
         got_l, got_last, got_h = (np.asarray(a) for a in prog(p0, p1, x, kn))
         for i, kw in enumerate(want_kw):
             y, h = _np_layer(x, _layer(ck, 0), eps, **kw)
-            last, _ = _np_layer(y, _layer(ck, 1), eps)
-            np.testing.assert_allclose(got_l[i], np.asarray(mod.layer_metrics(y)), rtol=1e-9)
-            np.testing.assert_allclose(got_last[i], np.asarray(mod.layer_metrics(last)), rtol=1e-9)
+            w_l, w_last = want(y)
+            np.testing.assert_allclose(got_l[i], w_l, rtol=1e-9)
+            np.testing.assert_allclose(got_last[i, 0], w_last, rtol=1e-9)
+            assert np.isnan(got_last[i, 1]).all()
             np.testing.assert_allclose(got_h[i], h, rtol=1e-9)
-        assert abs(got_h[items.index({"sink": 0}), 1] - 1.0) < 1e-12  # weights 1 / T
         from simlab.core.knobs import knob_arrays
 
         for name, beta in (("uniform", 0.0), ("token", 1.7)):
@@ -93,9 +158,9 @@ def test_layer_program_matches_a_numpy_bert_layer_with_knobs_heads_and_clamps():
             kc = mod._stack([knob_arrays({"pattern_beta": beta})])
             got = [np.asarray(a)[0] for a in prog(p0, p1, x, kc)]
             y, h = _np_layer(x, _layer(ck, 0), eps, clamp=(name, beta))
-            last, _ = _np_layer(y, _layer(ck, 1), eps)
-            np.testing.assert_allclose(got[0], np.asarray(mod.layer_metrics(y)), rtol=1e-9)
-            np.testing.assert_allclose(got[1], np.asarray(mod.layer_metrics(last)), rtol=1e-9)
+            w_l, w_last = want(y)
+            np.testing.assert_allclose(got[0], w_l, rtol=1e-9)
+            np.testing.assert_allclose(got[1][0], w_last, rtol=1e-9)
             np.testing.assert_allclose(got[2], h, rtol=1e-9)
 
 
@@ -137,20 +202,48 @@ def test_the_lab_init_matches_numpy_and_post_ln_invariants():
 
 
 def test_docs_carry_the_counterfactual_study_printed_from_its_data():
-    got = experiment_script("minilm_counterfactual").main(DATA)
-    assert doc_block((ROOT / "docs" / "gallery.md").read_text(), "minilm-counterfactual") == got
-    text = (ROOT / "docs" / "checkpoints.md").read_text()
-    assert doc_block(text, "minilm-counterfactual") == got
+    """Both docs carry minilm_verdicts.py's block, character for character; the old entry
+    point (minilm_counterfactual.py DATA) prints the same."""
+    verdicts = experiment_script("minilm_verdicts")
+    got = verdicts.block(DATA)
+    assert experiment_script("minilm_counterfactual").main(DATA) == got
+    for doc in ("gallery.md", "checkpoints.md"):
+        text = (ROOT / "docs" / doc).read_text()
+        assert doc_block(text, verdicts.BLOCK) == got, (
+            f"docs/{doc}: run python experiments/minilm_verdicts.py --write"
+        )
+
+
+def test_the_summary_states_a_verdict_only_where_every_setting_gives_it():
+    verdicts = experiment_script("minilm_verdicts")
+    per = {"a": ["raises", "lowers", "raises"], "b": ["raises", "unresolved", "raises"]}
+    assert verdicts.summary(per, [0, 1, 2]) == ("raises in 0, 2", "1 (l u)")
 
 
 @pytest.mark.model
 @pytest.mark.skipif(not HAVE_MODEL, reason="simlab models install all-minilm-l6-v2")
 def test_the_counterfactual_study_recomputes_layer_5_seed_0(tmp_path):
-    """Layer 5 (the last), seed 0, every condition and read, from the installed model, equals
-    the committed values (float32 rounding)."""
+    """Layer 5 (the last), seed 0, both corpora, every condition, read and pool, from the
+    installed model, equals the committed values (float32 rounding)."""
     mod = experiment_script("minilm_counterfactual")
     mod.run(tmp_path, layers=[5], seeds=1)
     got = np.load(tmp_path / mod.OUT / "results.npz")
     want = np.load(DATA / mod.OUT / "results.npz")
-    for name in ("values", "entropy", "inputs"):
-        np.testing.assert_allclose(got[name], want[name][5:, :, :1], rtol=1e-4, atol=1e-5)
+    for name in ("values", "entropy", "inputs", "betas"):
+        np.testing.assert_allclose(got[name], want[name][:, :1, 5:], rtol=1e-4, atol=1e-5)
+
+
+def test_simlab_reproduce_draws_the_declared_figures_from_the_committed_data(tmp_path):
+    """experiments/minilm_counterfactual.toml's figures are of kind "script" (no sweep to
+    validate or run): `simlab reproduce --only minilm_counterfactual` draws exactly the files
+    its [[figures]] tables name, from figures/data, the ones the docs show."""
+    from simlab.studies import reproduce
+    from simlab.studies.reproduce.scripted import scripted_only
+
+    assert scripted_only("minilm_counterfactual")
+    declared = [f["file"] for f in reproduce.figure_specs("minilm_counterfactual")]
+    assert declared == experiment_script("minilm_verdicts").FILES
+    done = reproduce.reproduce(["minilm_counterfactual"], out=tmp_path, quick=True, quiet=True)
+    files, _ = done["minilm_counterfactual"]
+    assert [f.name for f in files] == declared
+    assert all(f.stat().st_size > 10_000 and (ROOT / "figures" / f.name).exists() for f in files)

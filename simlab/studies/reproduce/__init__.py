@@ -5,6 +5,7 @@ the [[figures]] it draws, so a new experiment is one file. Modules:
   experiments  which files, their groups, their sweep tables (full or [quick]) and [variants]
   figures      the figure types (heatmap, curves, variants; FIGURE_TYPES) and `draw`
   overlays     the theory overlays a figure may name (THEORY, CURVE_THEORY, VARIANT_THEORY)
+  scripted     the kind "script": figures an experiment script draws from committed data
   run          `reproduce()` and `Run` (where, at which sizes, the sweep of one experiment)
 The command is simlab.cli.reproduce.
 """
@@ -29,6 +30,7 @@ from simlab.studies.reproduce.figures import (
 )
 from simlab.studies.reproduce.overlays import CURVE_THEORY, THEORY, VARIANT_THEORY
 from simlab.studies.reproduce.run import Run, reproduce
+from simlab.studies.reproduce.scripted import script, scripted_only
 
 __all__ = [
     "CURVE_THEORY",
@@ -48,6 +50,8 @@ __all__ = [
     "figure_specs",
     "heatmap",
     "reproduce",
+    "script",
+    "scripted_only",
     "select_indices",
     "variants",
 ]

@@ -31,6 +31,8 @@ FIGURE_TYPES (docs/extending.md has a worked example):
            where the refinement's metric crosses its level (seed mean, with the band's
            crossings as a shaded range), `theory` overlays, and in the title the largest
            |y / y_theory - 1| of the first overlay; file `file`.
+  script   a figure an experiment script draws from committed data (no sweep; registered by
+           simlab.studies.reproduce.scripted).
 
 The band of `curves` and `variants`: `band = true` (default) -+ 1 seed std, `"ci"` the 95%
 Student-t interval of the seed mean (simlab.engine.results.seed_ci), `false` none.

@@ -28,6 +28,7 @@ from simlab.studies.reproduce.experiments import (
     experiment_variants,
 )
 from simlab.studies.reproduce.figures import draw
+from simlab.studies.reproduce.scripted import scripted_only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,8 @@ def reproduce(
         out if out is not None else Path("figures") / ("quick" if quick else ""), "--out"
     )
     for n in configs:  # every sweep validated before the first one runs
+        if scripted_only(n, None if directory is None else Path(directory)):
+            continue  # drawn from committed data (simlab.studies.reproduce.scripted)
         for v in experiment_variants(n, quick, directory, extra) or [None]:
             load_config(experiment_config(n, quick, directory, extra, tuple(sets), v))
     done = {}
