@@ -276,3 +276,27 @@ def test_gallery_carries_the_decoder_study_printed_from_its_data():
     assert doc_block(text, script.BLOCK) == got, (
         "run: python experiments/smollm2_verdicts.py --write"
     )
+
+
+def test_gallery_carries_the_llama_reading_printed_from_its_data():
+    """docs/gallery.md section 9's block is what experiments/gallery_llama.py prints from the
+    committed figures/data/paper_llama, character for character; its first-below-the-contour
+    cells are the grid's own (independently: the first lambda whose seed-mean entropy is
+    below 0.5, read from the stored per-seed values with numpy)."""
+    import numpy as np
+    from conftest import doc_block, experiment_script
+
+    import simlab
+
+    script = experiment_script("gallery_llama")
+    got = script.block(ROOT / "figures" / "data")
+    text = (ROOT / "docs" / "gallery.md").read_text()
+    assert doc_block(text, script.BLOCK) == got, "run: python experiments/gallery_llama.py --write"
+    r = simlab.load(ROOT / "figures" / "data" / "paper_llama")
+    h = np.asarray(r.metrics["attn_entropy"], np.float64).mean(-1)  # (N, lambda, seed) -> mean
+    g = np.asarray(r.metrics["out_cos_gain"], np.float64).mean(-1)
+    for n, _, (lam, hj, gj, _), _ in script.rows(ROOT / "figures" / "data"):
+        i = int(np.flatnonzero(r.axes["drift_norm"] == n)[0])
+        j = int(np.flatnonzero(h[i] < 0.5)[0])
+        assert r.axes["lambda"][j] == lam and abs(h[i, j] - hj) < 1e-6 and abs(g[i, j] - gj) < 1e-6
+        assert (h[i, :j] >= 0.5).all()
