@@ -284,9 +284,10 @@ def test_gallery_carries_the_llama_reading_printed_from_its_data():
     cells are the grid's own (independently: the first lambda whose seed-mean entropy is
     below 0.5, read from the stored per-seed values with numpy)."""
     import numpy as np
-    from conftest import doc_block, experiment_script
 
     import simlab
+
+    from conftest import doc_block, experiment_script
 
     script = experiment_script("gallery_llama")
     got = script.block(ROOT / "figures" / "data")
