@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from simlab.engine.config import experiments_dir
 from simlab.errors import ConfigError
+from simlab.studies.reproduce.experiments import figure_specs
 from simlab.studies.reproduce.figures import FIGURE_TYPES
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ def script(r: Run, name: str, fig: dict) -> list[Path]:
 
 def scripted_only(name: str, directory: Path | None = None) -> bool:
     """Whether every figure of experiments/<name>.toml is of kind "script" (no sweep)."""
-    from simlab.studies.reproduce.experiments import figure_specs
-
     specs = figure_specs(name, directory)
     return bool(specs) and all(f.get("kind") == "script" for f in specs)
 
