@@ -76,10 +76,13 @@ def test_every_engine_path_agrees_on_trained_layers(arch, pattern):
         fast = Lab(block, tokens(ck), tile_elements=64, weights=ck.at([0, 1]))
         key = jax.random.PRNGKey(3)
         sp, sf = plain.seed_state(key), fast.seed_state(key)
+        # both paths at a point as one compiled program, run at every point (op by op would
+        # compile every op of both paths on its own: slower)
+        both = jax.jit(lambda sp, sf, kn: (plain.point(sp, kn), fast.point(sf, kn)))
         for kn in KNOBS:
             if pattern != "softmax":
                 kn = {k: v for k, v in kn.items() if k not in ("temperature",)}
-            a, b = plain.point(sp, knob_arrays(kn)), fast.point(sf, knob_arrays(kn))
+            a, b = both(sp, sf, knob_arrays(kn))
             for m in a:
                 np.testing.assert_allclose(b[m], a[m], rtol=1e-9, atol=1e-12, err_msg=f"{m} {kn}")
 
