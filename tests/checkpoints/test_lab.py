@@ -90,8 +90,9 @@ def test_every_engine_path_agrees_on_trained_layers(arch, pattern):
 def test_seeds_vary_only_the_inputs():
     ck = load(FIXTURES / "gpt_neox")
     ids = np.load(FIXTURES / "gpt_neox" / "oracle.npz")["ids"]
-    fixed = Lab(ck.block(1), tokens(ck), weights=ck.at(0, ids=ids))
-    drawn = Lab(ck.block(1), tokens(ck), weights=ck.at(0))
+    # the one metric compared (a program of every metric compiles several times slower)
+    fixed = Lab(ck.block(1), tokens(ck), ("out_cos",), weights=ck.at(0, ids=ids))
+    drawn = Lab(ck.block(1), tokens(ck), ("out_cos",), weights=ck.at(0))
     kn = knob_arrays({})
     # each Lab's seed state and point as one compiled program, run for seeds 0 and 1 (in this
     # file's only float32 test, op by op would compile every op on its own: slower)
