@@ -16,6 +16,7 @@ tests/test_docs.py fails when the committed pictures drift from the code.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 import textwrap
@@ -63,7 +64,14 @@ def _type_checking(node) -> bool:
 def imports(path: Path) -> list[tuple[str, int, bool]]:
     """(imported simlab module, line, inside a function) for each import of simlab in a file
     that runs (not under `if TYPE_CHECKING:`); `from simlab.engine import records` names
-    simlab.engine.records."""
+    simlab.engine.records. Each file is parsed once per process and version (the tests walk
+    every module several times)."""
+    path = Path(path)
+    return list(_imports(path, path.stat().st_mtime_ns))
+
+
+@functools.cache
+def _imports(path: Path, mtime_ns: int) -> tuple[tuple[str, int, bool], ...]:
     tree = ast.parse(path.read_text())
     out = []
 
@@ -87,7 +95,7 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
             visit(child, inner)
 
     visit(tree, False)
-    return [(m, line, f) for m, line, f in out if m == "simlab" or m.startswith("simlab.")]
+    return tuple((m, line, f) for m, line, f in out if m == "simlab" or m.startswith("simlab."))
 
 
 def modules(package: str) -> dict[str, Path]:

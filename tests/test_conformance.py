@@ -1,7 +1,9 @@
 """Every registry entry through simlab.testing, the conformance checks plugin authors use: each
 block kind and each input kind (float64 on the same sample, chunk bit-identity, the drift). The
 cases are built from the registries (testing.covering_cases), so a new entry is tested by adding
-it to its registry. The other per-entry checks run on cases built from the registries too: the
+it to its registry. The input kinds' chunk and device identity and the one-call check are in
+tests/test_conformance_inputs.py (a file of its own: `--dist loadfile` runs the two files on two
+workers at once). The other per-entry checks run on cases built from the registries too: the
 fast paths against the plain oracle in tests/core/test_tiled.py, finite values and every
 metric's bounds at the extreme knobs in tests/core/test_numerics.py."""
 
@@ -52,6 +54,13 @@ def precisions():
 def test_float64_same_sample(registry, entry, precisions):
     for n in cases_of(registry, entry):
         testing.assert_x64_agrees(CASES[n], *precisions[n])
+
+
+@pytest.mark.parametrize("registry,entry", ENTRIES)
+def test_really_float64(registry, entry):
+    """Under x64 the seed state, the knobs and the metrics are float64 (traced, not compiled:
+    the fast tier's test of this file)."""
+    for n in cases_of(registry, entry):
         testing.assert_really_float64(CASES[n])
 
 
@@ -66,24 +75,3 @@ def test_sweeps_identical_across_chunk_sizes_and_devices(kind):
     if kind == "post_ln":  # and the metrics with dimensions or pair splits, in the same program
         case = dataclasses.replace(case, metrics=(*default_metrics(), *DIMENSIONED))
     testing.assert_sweeps_identical(case, devices=devices)
-
-
-@pytest.mark.parametrize("kind", list(INPUTS))
-def test_drift_is_a_common_shift(kind):
-    testing.assert_drift_is_common_shift(kind)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", list(INPUTS))
-def test_input_kind_sweeps_identical_across_devices(kind):
-    """Every input kind through a post-LN block (hoisted and factored layer 0), every metric:
-    chunks of 1, 2 and 8 micro-batches and 1 and 2 devices bit for bit (the plain path's
-    pre-LN block runs per block kind above)."""
-    testing.assert_sweeps_identical(testing.input_cases([kind])[0], devices=(1, 2))
-
-
-@pytest.mark.slow
-def test_one_call_check():
-    """The one-call check a plugin author uses (paths, float64, extremes and bounds; identity
-    runs above), on one case."""
-    testing.check_cases(testing.covering_cases()[:1], identity=False)

@@ -1,6 +1,7 @@
 """Every command writes only where it is told: each command of the README and docs run at tiny
-sizes from the checkout's root, with an explicit output folder, leaves `git status` (and the
-content of every file it lists) exactly as it was. CI runs it on a clean clone."""
+sizes (reproduce shrunk with --set: 3 x 3 points, one seed) from the checkout's root, with an
+explicit output folder, leaves `git status` (and the content of every file it lists) exactly as
+it was. CI runs it on a clean clone."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def test_every_command_writes_only_under_its_output_folder(tmp_path, monkeypatch
         ["plot", str(sweep), "--x", "drift_norm", "--y", "lambda", "--metric", "out_cos"]
         + ["--out", str(tmp_path / "p.png")],
         ["export", str(sweep), "--to", str(tmp_path / "s.nc")],
-        ["reproduce", "--quick", "--only", "paper", "--out", str(tmp_path / "figs"), "--quiet"],
+        ["reproduce", "--quick", "--only", "paper", "--out", str(tmp_path / "figs"), "--quiet"]
+        + [f"--set={k}" for k in ("sweep.seeds=1", "inputs.batch=2", "inputs.length=8")]
+        + [f"--set={k}" for k in ("block.d_model=16", "axes.0.num=3", "axes.1.num=3")],
         ["check-theory", "--quick", "--claims", "uniform_gain"]
         + ["--figures-dir", str(tmp_path / "theory")],
         ["train-dynamics", "--quick", "--corpus", "markov", "--steps", "4", "--seeds", "1"]

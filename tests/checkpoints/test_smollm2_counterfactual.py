@@ -110,7 +110,7 @@ def test_a_layer_under_every_condition_matches_a_numpy_llama_layer():
     x[:, 0, [3, 11]] += 40.0  # a planted spike at position 0
     dims = (3, 11)
     with jax.enable_x64(True):
-        progs, weights = mod.prepare(ck, [0])
+        progs, weights = mod.prepare(ck, [0, 1])  # both layers: one set of programs
         values, heads = mod.run_layer(ck, 0, x, dims, progs, weights)
     p = [{n: np.asarray(a[i], np.float64) for n, a in ck.params.items()} for i in (0, 1)]
     x_rm = x.copy()
@@ -134,7 +134,7 @@ def test_a_layer_under_every_condition_matches_a_numpy_llama_layer():
     np.testing.assert_allclose(heads[mod.CONDITIONS.index("sink"), 0], 1 / 7, rtol=1e-12)
     np.testing.assert_allclose(heads[mod.CONDITIONS.index("uniform"), 1], 1.0, rtol=1e-12)
     with jax.enable_x64(True):  # no massive dims: that condition is NaN, the others computed
-        values, _ = mod.run_layer(ck, 1, x, None, *mod.prepare(ck, [1]))
+        values, _ = mod.run_layer(ck, 1, x, None, progs, weights)
     assert np.isnan(values[-1]).all() and not np.isnan(values[:-1]).any()
     # the last layer: both reads the same
     assert np.array_equal(values[:, 0], values[:, 1], equal_nan=True)

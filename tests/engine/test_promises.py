@@ -95,10 +95,12 @@ def test_interrupt_keeps_the_chunks_and_leaves_no_lock(tmp_path):
 
 # one point per chunk file, ~5 ms each once compiled (and compiling is cached across tests): the
 # test interrupts at the first chunk file, so the run must outlast the polling by far
+# one point per chunk file: the run outlasts the polling for its first chunk file by far (the
+# other 199 chunks, each a compiled call and a file), and its resume is short
 SLOW_SWEEP = (
     '[block]\nd_model = 8\nn_heads = 2\n[inputs]\nkind = "gaussian"\nbatch = 2\n'
     'length = 4\n[[axes]]\nname = "drift_norm"\nspace = "lin"\nstart = 0.0\nstop = 1.0\n'
-    "num = 800\n[sweep]\nmicro_batch = 1\nchunk_size = 1\n"
+    "num = 200\n[sweep]\nmicro_batch = 1\nchunk_size = 1\n"
 )
 
 
@@ -167,7 +169,7 @@ def test_ctrl_c_on_the_command_line(tmp_path, command):
     assert not (out / ".lock").exists() and not (out / "claims").exists()
     r = subprocess.run(cmd[:-1], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0 and f"resuming {out}: " in r.stderr, r.stderr  # (not --quiet)
-    assert simlab.load(out)["out_cos"].shape == (800, 1)
+    assert simlab.load(out)["out_cos"].shape == (200, 1)
 
 
 # ------------------------------------------------------------------------------ storage
