@@ -243,12 +243,12 @@ def test_a_registered_dim_serves_a_metric(monkeypatch):
         lab = Lab(BlockSpec(d_model=8, n_heads=2), InputSpec(kind="gaussian", batch=4, length=3))
         lab = Lab(lab.block, lab.inputs, ("first_half_cos",))
         assert lab.metric_shapes() == {"first_half_cos": (2,)}
-        out = lab.point(lab.seed_state(jax.random.PRNGKey(0)), knob_arrays({}))
+        out = jax.jit(lab.point)(lab.seed_state(jax.random.PRNGKey(0)), knob_arrays({}))
         assert out["first_half_cos"].shape == (2,)
         wrong = Lab(lab.block, dataclasses.replace(lab.inputs, batch=2), ("first_half_cos",))
         wrong._shapes = {"first_half_cos": (3,)}  # a metric that breaks its declaration
         with pytest.raises(ConfigError, match=r"returns shape \(1,\) per layer; its declared"):
-            wrong.point(wrong.seed_state(jax.random.PRNGKey(0)), knob_arrays({}))
+            jax.jit(wrong.point)(wrong.seed_state(jax.random.PRNGKey(0)), knob_arrays({}))
     finally:
         metrics.METRICS.unregister("first_half_cos")
         metrics.DIMS.unregister("half_batch")

@@ -90,7 +90,8 @@ def test_tiled_layer_vs_float64_softmax_attention():
     before its projections, tiled) against a numpy float64 softmax attention written from the
     math (conftest.np_layer): logits q'_i . k'_j / (sqrt(d_head) T), q' = q_scale q + q_shift
     u_q, k' = k_scale k + k_shift u_k; its output (A V) W_O, its row entropy in nats
-    -sum_j w_ij ln w_ij and its row maximum, causal and not, d_head = D / H = 4 with H = 4
+    -sum_j w_ij ln w_ij, its row maximum and the weight w_i0 on key 0 (the tiled path's one
+    weight it keeps: e_i0 / z_i), causal and not, d_head = D / H = 4 with H = 4
     heads (so sqrt(d_head) and sqrt(D) differ), tiles of 3 query rows of one sequence (both
     tile loops run). Fast: one compiled call. Tolerance as test_attend_vs_float64_softmax."""
     from simlab.core.block import layer_apply
@@ -123,9 +124,9 @@ def test_tiled_layer_vs_float64_softmax_attention():
             spec, p, x, {**{k: float(v) for k, v in knobs.items()}}, u_q, u_k
         )
         logw = np.log(np.where(w > 0, w, 1.0))
-        want = {"attn": attn, "entropy": -(w * logw).sum(-1), "max": w.max(-1)}
+        want = {"attn": attn, "entropy": -(w * logw).sum(-1), "max": w.max(-1), "w0": w[..., 0]}
         for name, g in (("attn", layer.attn), ("entropy", layer.row_entropy),
-                        ("max", layer.row_max)):  # fmt: skip
+                        ("max", layer.row_max), ("w0", layer.sink)):  # fmt: skip
             np.testing.assert_allclose(
                 np.asarray(g), want[name], atol=2e-5, rtol=2e-5, err_msg=f"{name} {spec.causal}"
             )
