@@ -77,6 +77,12 @@ def test_a_stop_signal_decides_the_exit_code_and_the_handlers_come_back(capsys, 
     and the plain line; the caller's handlers are restored afterwards."""
     import simlab.cli.info
 
+    # a process started in the background by a shell without job control inherits SIGINT
+    # ignored, and simlab leaves an inherited SIG_IGN alone (cli._catch_stop_signals); this
+    # test is about a foreground process, so it gives itself Python's default SIGINT handler
+    inherited = signal.getsignal(signal.SIGINT)
+    if inherited is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     before = {s: signal.getsignal(s) for s in cli.STOP_SIGNALS}
     for signum, code, head in [
         (signal.SIGTERM, 143, "simlab: interrupted (SIGTERM)"),
@@ -94,3 +100,4 @@ def test_a_stop_signal_decides_the_exit_code_and_the_handlers_come_back(capsys, 
         assert time.perf_counter() - t0 < 4
         assert capsys.readouterr().err.strip() == head
         assert {s: signal.getsignal(s) for s in cli.STOP_SIGNALS} == before
+    signal.signal(signal.SIGINT, inherited)
