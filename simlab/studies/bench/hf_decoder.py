@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simlab.studies.bench.hf_hooks import _torch
+
 CONDITIONS = ("trained", "uniform", "sink", "lambda 0.5", "lambda 2", "massive removed")
 LAMBDAS = {"lambda 0.5": 0.5, "lambda 2": 2.0}
 READS = ("layer", "last")
@@ -44,17 +46,6 @@ MEASURES = (
     "participation_ratio",
     "participation_ratio_rest",
 )
-
-
-def _torch():
-    try:
-        import torch  # deferred: an optional dependency (the bench extra)
-        import transformers  # deferred: an optional dependency (the bench extra)
-    except ImportError as e:  # pragma: no cover - the optional extra
-        raise RuntimeError(
-            "the HF hooks peer needs torch and transformers: pip install -e '.[bench]'"
-        ) from e
-    return torch, transformers
 
 
 def load_model(path, dtype: str = "float32"):
