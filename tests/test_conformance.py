@@ -75,3 +75,22 @@ def test_sweeps_identical_across_chunk_sizes_and_devices(kind):
     if kind == "post_ln":  # and the metrics with dimensions or pair splits, in the same program
         case = dataclasses.replace(case, metrics=(*default_metrics(), *DIMENSIONED))
     testing.assert_sweeps_identical(case, devices=devices)
+
+
+def test_path_check_takes_a_one_layer_block():
+    """assert_paths_agree on a block without a layer axis (depth 1: metrics one number per
+    point) as on a stack: the fast paths agree with the plain oracle, and the non-vacuity check
+    (the points move the attention entropy) reads each point's first entry and still fires when
+    the points do not differ."""
+    import numpy as np
+
+    case = testing.block_cases(["post_ln"])[0]
+    one = dataclasses.replace(case, block=dataclasses.replace(case.block, depth=1))
+    (out,), _ = testing.path_and_extreme_outputs([one], extremes=False)
+    assert np.ndim(out["plain"]["attn_entropy"]) == 1  # no layer axis: the case under test
+    testing.assert_paths_agree(one, out)
+    n = len(testing.POINTS)
+    for c, shape in ((one, (n,)), (case, (n, case.block.depth))):
+        flat = {p: {"attn_entropy": np.ones(shape)} for p in out}
+        with pytest.raises(AssertionError, match="points do not differ"):
+            testing.assert_paths_agree(c, flat)

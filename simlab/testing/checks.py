@@ -83,7 +83,9 @@ def assert_paths_agree(case: Case, out: Mapping[str, dict], tol: float = PATH_TO
     pattern = PATTERNS[case.block.pattern]
     if "attn_entropy" in plain and (pattern.reads_logits or pattern.sharpens):
         # not vacuous: the knob points move the attention (a fixed clamp's rows never move)
-        assert np.ptp(plain["attn_entropy"][:, 0]) > 1e-3, f"{case.name}: points do not differ"
+        # the first entry of each point (layer 0 of a stack; a one-layer block has no layer axis)
+        h = np.asarray(plain["attn_entropy"]).reshape(len(plain["attn_entropy"]), -1)[:, 0]
+        assert np.ptp(h) > 1e-3, f"{case.name}: points do not differ"
 
 
 # --------------------------------------------------------------------------------------- float64
