@@ -12,7 +12,7 @@ from typing import Any
 
 from simlab.studies.bench.flops import flop_counts
 from simlab.studies.bench.report import _gf
-from simlab.studies.bench.workers import run_worker
+from simlab.studies.bench.workers import median_over, run_worker
 from simlab.studies.bench.workloads import CACHED_COMPILE_S, PEERS, TARGETS, peer_config
 
 
@@ -54,10 +54,6 @@ def peer_round(name, cfg, isolate, log, torch_device, r: int, rounds: int) -> di
     return {"engine_cold": cold, "engine_warm": warm, "torch": peer}
 
 
-def _median(runs, f) -> float:
-    return statistics.median(f(r) for r in runs)
-
-
 def engine_summary(name: str, cfg: dict, fl: dict, runs: list, peak: float) -> dict[str, Any]:
     """The engine's side over the rounds: median walls and compile times cold and warm, steady
     ms per point, executed GFLOP/s and its share of the peak, the cached-compile target."""
@@ -65,7 +61,7 @@ def engine_summary(name: str, cfg: dict, fl: dict, runs: list, peak: float) -> d
     n, seeds = first["n_points"], first["seeds"]
     evals = n * seeds
     flops = fl["engine_per_point"] * evals + fl["engine_per_seed"] * seeds
-    compute_s = _median(runs, lambda r: r["engine_cold"]["compute_s"])
+    compute_s = median_over(runs, lambda r: r["engine_cold"]["compute_s"])
     out = {
         "name": name,
         "title": PEERS[name]["title"],
@@ -75,13 +71,13 @@ def engine_summary(name: str, cfg: dict, fl: dict, runs: list, peak: float) -> d
         "flops": fl,
         "rounds": runs,
         "engine_cold": {
-            "wall_s": _median(runs, lambda r: r["engine_cold"]["wall_s"]),
-            "compile_s": _median(runs, lambda r: r["engine_cold"]["compile_s"]),
+            "wall_s": median_over(runs, lambda r: r["engine_cold"]["wall_s"]),
+            "compile_s": median_over(runs, lambda r: r["engine_cold"]["compile_s"]),
             "compute_s": compute_s,
         },
         "engine_warm": {
-            "wall_s": _median(runs, lambda r: r["engine_warm"]["wall_s"]),
-            "compile_s": _median(runs, lambda r: r["engine_warm"]["compile_s"]),
+            "wall_s": median_over(runs, lambda r: r["engine_warm"]["wall_s"]),
+            "compile_s": median_over(runs, lambda r: r["engine_warm"]["compile_s"]),
         },
         "engine_ms_per_point": 1e3 * compute_s / evals,
         "engine_gflops": _gf(flops) / compute_s,
@@ -100,8 +96,8 @@ def add_torch(out: dict[str, Any], runs: list, torch_device: str) -> None:
     """The PyTorch loop's side (in place): its medians, the ratios PyTorch wall / engine wall
     cold and warm (median and range over rounds), the steady ratio, the ratio targets met."""
     out["torch"] = {
-        "total_s": _median(runs, lambda r: r["torch"]["total_s"]),
-        "ms_per_point": _median(runs, lambda r: r["torch"]["ms_per_point"]),
+        "total_s": median_over(runs, lambda r: r["torch"]["total_s"]),
+        "ms_per_point": median_over(runs, lambda r: r["torch"]["ms_per_point"]),
         "torch": runs[0]["torch"]["torch"],
         "device": torch_device,
         "threads": runs[0]["torch"]["threads"],

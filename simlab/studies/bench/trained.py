@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from simlab.checkpoints import models
-from simlab.studies.bench.workers import run_worker
+from simlab.studies.bench.workers import median_over, run_rounds
 from simlab.studies.bench.workloads import ROOT, TARGETS, hooks_config, hooks_title
 
 SIMLAB_TIMES = ("load_s", "first_state_s", "compile_s", "steady_s", "state_s", "points_s")
@@ -62,17 +62,8 @@ def run_hooks(
     if repeats is not None:
         cfg["repeats"] = repeats
     spec = {k: cfg[k] for k in ("source", "layer", "batch", "length", "windows", "lambdas")}
-    runs = []
-    for r in range(rounds):
-        tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
-        log(f"  {tag}: simlab ...")
-        job = {**spec, "repeats": cfg["repeats"]}
-        lab = run_worker({"kind": "counterfactual", **job}, isolate, cache_dir="off")
-        hooks = None
-        if peer:
-            log(f"  {tag}: HF hooks peer ...")
-            hooks = run_worker({"kind": "hooks", **job}, isolate)
-        runs.append({"simlab": lab, "hooks": hooks})
+    job = {**spec, "repeats": cfg["repeats"]}
+    runs = run_rounds(name, ("counterfactual", "hooks"), lambda r: job, rounds, isolate, log, peer)
     first = runs[0]["simlab"]
     out = {
         "name": name,
@@ -81,7 +72,7 @@ def run_hooks(
         "layer": first["layer"],
         "points": cfg["windows"] * (cfg["lambdas"] + 1),
         "rounds": runs,
-        "simlab": {k: _median(runs, lambda r, k=k: r["simlab"][k]) for k in SIMLAB_TIMES},
+        "simlab": {k: median_over(runs, lambda r, k=k: r["simlab"][k]) for k in SIMLAB_TIMES},
         "hooks": None,
         "target": {"ratio": TARGETS[name]["ratio"]},
         "met": {},
@@ -92,10 +83,6 @@ def run_hooks(
     if peak:
         add_floor(out, peak, peer)
     return out
-
-
-def _median(runs, f) -> float:
-    return statistics.median(f(r) for r in runs)
 
 
 def add_peer(out: dict[str, Any], runs: list) -> None:
@@ -110,16 +97,16 @@ def add_peer(out: dict[str, Any], runs: list) -> None:
 
     first = runs[0]["hooks"]
     out["hooks"] = {
-        "load_s": _median(runs, lambda r: r["hooks"]["load_s"]),
-        "layer_s": _median(runs, lambda r: steady(r, "layer")),
-        "model_s": _median(runs, lambda r: steady(r, "model")),
+        "load_s": median_over(runs, lambda r: r["hooks"]["load_s"]),
+        "layer_s": median_over(runs, lambda r: steady(r, "layer")),
+        "model_s": median_over(runs, lambda r: steady(r, "model")),
         **{k: first[k] for k in ("torch", "transformers", "threads")},
     }
     for key, mode in (("ratio", "model"), ("ratio_layer", "layer")):
         ratios = [steady(r, mode) / r["simlab"]["steady_s"] for r in runs]
         out[key] = statistics.median(ratios)
         out[key + "_range"] = [min(ratios), max(ratios)]
-    out["ratio_with_compile"] = _median(
+    out["ratio_with_compile"] = median_over(
         runs,
         lambda r: steady(r, "model") / (r["simlab"]["compile_s"] + r["simlab"]["steady_s"]),
     )

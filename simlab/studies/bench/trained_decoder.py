@@ -18,7 +18,7 @@ import numpy as np
 
 from simlab.studies import table as tables
 from simlab.studies.bench.trained import hooks_source
-from simlab.studies.bench.workers import run_worker
+from simlab.studies.bench.workers import median_over, run_rounds
 from simlab.studies.bench.workloads import HOOKS, TARGETS, hooks_config
 
 SIMLAB_TIMES = ("load_s", "first_window_s", "compile_s", "steady_s", "inputs_s", "points_s")
@@ -43,18 +43,12 @@ def run_decoder(
     cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
     if repeats is not None:
         cfg["repeats"] = repeats
-    runs = []
-    for r in range(rounds):
-        # the FLOPs (the same every round) counted in the first round only
-        job = {**{k: cfg[k] for k in KEYS}, "repeats": cfg["repeats"], "count_flops": r == 0}
-        tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
-        log(f"  {tag}: simlab ...")
-        lab = run_worker({"kind": "decoder", **job}, isolate, cache_dir="off")
-        hooks = None
-        if peer:
-            log(f"  {tag}: HF hooks peer ...")
-            hooks = run_worker({"kind": "decoder_hooks", **job}, isolate)
-        runs.append({"simlab": lab, "hooks": hooks})
+    spec = {**{k: cfg[k] for k in KEYS}, "repeats": cfg["repeats"]}
+
+    def job(r):  # the FLOPs (the same every round) counted in the first round only
+        return {**spec, "count_flops": r == 0}
+
+    runs = run_rounds(name, ("decoder", "decoder_hooks"), job, rounds, isolate, log, peer)
     first = runs[0]["simlab"]
     out = {
         "name": name,
@@ -63,7 +57,7 @@ def run_decoder(
         "layers": first["layers"],
         "massive_dims": first["massive_dims"],
         "rounds": runs,
-        "simlab": {k: _median(runs, lambda r, k=k: r["simlab"][k]) for k in SIMLAB_TIMES},
+        "simlab": {k: median_over(runs, lambda r, k=k: r["simlab"][k]) for k in SIMLAB_TIMES},
         "hooks": None,
         "target": {"ratio": TARGETS[name]["ratio"]},
         "met": {},
@@ -74,10 +68,6 @@ def run_decoder(
     if peak:
         add_floor(out, peak, peer)
     return out
-
-
-def _median(runs, f) -> float:
-    return statistics.median(f(r) for r in runs)
 
 
 def difference(a, b) -> float:
@@ -96,8 +86,8 @@ def add_peer(out: dict[str, Any], runs: list) -> None:
     forwards, and the largest difference of the values and of the head statistics."""
     first = runs[0]["hooks"]
     out["hooks"] = {
-        "load_s": _median(runs, lambda r: r["hooks"]["load_s"]),
-        "steady_s": _median(runs, lambda r: r["hooks"]["steady_s"]),
+        "load_s": median_over(runs, lambda r: r["hooks"]["load_s"]),
+        "steady_s": median_over(runs, lambda r: r["hooks"]["steady_s"]),
         **{k: first[k] for k in ("torch", "transformers", "threads", "forwards_per_window")},
         "flops_per_window": first["flops_per_window"],
     }
@@ -108,7 +98,7 @@ def add_peer(out: dict[str, Any], runs: list) -> None:
     def with_compile(r):
         return r["hooks"]["steady_s"] / (r["simlab"]["compile_s"] + r["simlab"]["steady_s"])
 
-    out["ratio_with_compile"] = _median(runs, with_compile)
+    out["ratio_with_compile"] = median_over(runs, with_compile)
     out["max_difference"] = max(
         difference(r["simlab"][k], r["hooks"][k]) for r in runs for k in ("values", "heads")
     )

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -373,3 +374,27 @@ def _foreign_cpu(a, b, wall: float) -> dict[str, float] | None:
 
 if __name__ == "__main__":
     raise SystemExit(_worker_main(sys.argv[1:]))
+
+
+def run_rounds(
+    name: str, kinds: tuple[str, str], job, rounds: int, isolate: bool, log, peer: bool
+) -> list[dict[str, Any]]:
+    """`rounds` rounds of a workload, M1's and M2's alike: each round simlab's side (worker kind
+    kinds[0], without a persistent compilation cache: its compile is a cold one), then the
+    peer's (kinds[1]) when `peer`, each in its own process (workers.run_worker). job(r): round
+    r's job. Returns [{"simlab": ..., "hooks": ... or None}] per round."""
+    runs = []
+    for r in range(rounds):
+        tag = f"{name} round {r + 1}/{rounds}" if rounds > 1 else name
+        log(f"  {tag}: simlab ...")
+        lab = run_worker({"kind": kinds[0], **job(r)}, isolate, cache_dir="off")
+        hooks = None
+        if peer:
+            log(f"  {tag}: HF hooks peer ...")
+            hooks = run_worker({"kind": kinds[1], **job(r)}, isolate)
+        runs.append({"simlab": lab, "hooks": hooks})
+    return runs
+
+
+def median_over(runs, f) -> float:
+    return statistics.median(f(r) for r in runs)
