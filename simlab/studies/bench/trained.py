@@ -42,6 +42,15 @@ def hooks_missing(name: str, quick: bool) -> str | None:
     return None
 
 
+def workload_config(name: str, quick: bool, repeats: int | None) -> dict[str, Any]:
+    """A hooks workload's settings (M1's and M2's alike) with its checkpoint's path; repeats:
+    passes over the window sets per process (None: the workload's)."""
+    cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
+    if repeats is not None:
+        cfg["repeats"] = repeats
+    return cfg
+
+
 def run_hooks(
     name: str,
     quick: bool,
@@ -58,9 +67,7 @@ def run_hooks(
     between the two sides' numbers (the same ids, lambdas and layer). repeats: passes over the
     window sets per process (None: the workload's). The ratios (`add_peer`) and, with the
     matmul peak (GFLOP/s, the same run), simlab's floor (`add_floor`)."""
-    cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
-    if repeats is not None:
-        cfg["repeats"] = repeats
+    cfg = workload_config(name, quick, repeats)
     spec = {k: cfg[k] for k in ("source", "layer", "batch", "length", "windows", "lambdas")}
     job = {**spec, "repeats": cfg["repeats"]}
     runs = run_rounds(name, ("counterfactual", "hooks"), lambda r: job, rounds, isolate, log, peer)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from simlab.studies import table as tables
-from simlab.studies.bench.trained import hooks_source
+from simlab.studies.bench.trained import workload_config
 from simlab.studies.bench.workers import median_over, run_rounds
 from simlab.studies.bench.workloads import HOOKS, TARGETS, hooks_config
 
@@ -40,9 +40,7 @@ def run_decoder(
     over rounds in the table, every round in the JSON; the ratio of the steady states with its
     range over rounds, the values' agreement, and with the matmul peak (GFLOP/s, the same run)
     simlab's FLOP floor and the largest ratio it allows."""
-    cfg = {**hooks_config(name, quick), "source": hooks_source(name, quick)}
-    if repeats is not None:
-        cfg["repeats"] = repeats
+    cfg = workload_config(name, quick, repeats)
     spec = {**{k: cfg[k] for k in KEYS}, "repeats": cfg["repeats"]}
 
     def job(r):  # the FLOPs (the same every round) counted in the first round only
