@@ -97,6 +97,20 @@ def verdict(lo: float, hi: float, mean: float, scale: float, res: float) -> str:
     return "unresolved"
 
 
+def verdicts_cli(args: list[str], write, figures, block) -> None:
+    """The command line the verdict scripts share (minilm_verdicts.py, smollm2_verdicts.py):
+    `--write [DATA]` writes their tables, `--figures [DATA [OUT]]` draws their figures and
+    prints each path, else `[DATA]` prints the docs' block (DATA: figures/data, OUT: figures)."""
+    data = Path(args[1]) if len(args) > 1 else Path("figures/data")
+    if args and args[0] == "--write":
+        write(data)
+    elif args and args[0] == "--figures":
+        for p in figures(data, Path(args[2]) if len(args) > 2 else Path("figures")):
+            print(p)
+    else:
+        print(block(Path(args[0]) if args else Path("figures/data")), end="")
+
+
 def fmt(x: float) -> str:
     return f"{x:+.4f}" if abs(x) >= 1e-3 else f"{x:+.2e}"
 

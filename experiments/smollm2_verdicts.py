@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gallery_geometry import floor, verdict  # noqa: E402  (the declared rule, one copy)
+from gallery_geometry import floor, verdict, verdicts_cli  # noqa: E402  (the declared rule, one copy)
 from smollm2_counterfactual import (  # noqa: E402
     CONDITIONS,
     COSINES,
@@ -273,12 +273,4 @@ def figures(root: Path, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args and args[0] == "--write":
-        write(Path(args[1]) if len(args) > 1 else Path("figures/data"))
-    elif args and args[0] == "--figures":
-        root = Path(args[1]) if len(args) > 1 else Path("figures/data")
-        for p in figures(root, Path(args[2]) if len(args) > 2 else Path("figures")):
-            print(p)
-    else:
-        print(block(Path(args[0]) if args else Path("figures/data")), end="")
+    verdicts_cli(sys.argv[1:], write, figures, block)
