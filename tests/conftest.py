@@ -66,6 +66,22 @@ class ToyLab:
         return {"entropy": [], "cos": ["layer"]}
 
 
+# the covariates a post-LN sweep with its MLP records per seed (simlab.core.lab), as
+# the tests that grow or reproduce such a sweep expect them
+POST_LN_COVARIATES = frozenset(
+    {
+        "drift_vo",
+        "drift_vo_dot",
+        "vo_iso",
+        "drift_q",
+        "mlp_shared",
+        "mlp_drift_dot",
+        "mlp_trace",
+        "vo_trace",
+    }
+)
+
+
 # One persistent compilation cache for every compiled program of the tests (every xdist worker
 # and every subprocess inherits it), kept between runs: most of the suite's time is XLA
 # compiling small programs, and a program that did not change is loaded instead (the very same

@@ -12,6 +12,8 @@ from simlab.cli import main as cli_main
 from simlab.engine.tomlio import read_toml
 from simlab.studies import reproduce
 
+from conftest import POST_LN_COVARIATES
+
 TINY = {
     "num": 3,
     "block": {"d_model": 16, "n_heads": 2},
@@ -82,16 +84,7 @@ def check_patterns(tmp_path):
     shared, token = (simlab.load(tmp_path / "data" / "patterns" / v) for v in ("shared", "token"))
     np.testing.assert_array_equal(shared["attn_entropy"], token["attn_entropy"])
     assert shared.meta["config"]["block"]["pattern"] == "shared"
-    assert set(shared.covariates) == {
-        "drift_vo",
-        "drift_vo_dot",
-        "vo_iso",
-        "drift_q",
-        "mlp_shared",
-        "mlp_drift_dot",
-        "mlp_trace",
-        "vo_trace",
-    }
+    assert set(shared.covariates) == POST_LN_COVARIATES
     np.testing.assert_array_equal(shared.covariates["drift_vo"], token.covariates["drift_vo"])
 
 

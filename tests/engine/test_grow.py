@@ -24,7 +24,7 @@ from simlab.engine.parts import point_keys
 from simlab.engine.sweep import run_sweep
 from simlab.errors import ConfigError
 
-from conftest import ToyLab
+from conftest import POST_LN_COVARIATES, ToyLab
 
 LAB = ToyLab()
 ROOT = Path(__file__).resolve().parents[2]
@@ -331,20 +331,7 @@ def test_grown_sweep_carries_every_seeds_covariates(tmp_path):
     run_sweep(cfg, out=out, quiet=True)
     more = {**cfg, "sweep": {**cfg["sweep"], "seeds": 3}}
     grown, fresh = run_sweep(more, out=out, quiet=True), run_sweep(more, quiet=True)
-    assert (
-        set(grown.covariates)
-        == set(fresh.covariates)
-        == {
-            "drift_vo",
-            "drift_vo_dot",
-            "vo_iso",
-            "drift_q",
-            "mlp_shared",
-            "mlp_drift_dot",
-            "mlp_trace",
-            "vo_trace",
-        }
-    )
+    assert set(grown.covariates) == set(fresh.covariates) == POST_LN_COVARIATES
     for k in fresh.covariates:
         np.testing.assert_array_equal(grown.covariates[k], fresh.covariates[k], err_msg=k)
     assert len(set(fresh.covariates["drift_vo"][:, 0])) == 3  # three seeds, three draws
